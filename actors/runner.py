@@ -1,0 +1,111 @@
+"""EnvRunner: a Ray actor owning one env and a policy replica, playing whole episodes."""
+from __future__ import annotations
+
+import time
+
+import ray
+
+from rlsys.config import Config
+from rlsys.env import EnvBrokenError
+from rlsys.types import Step, Task, Trajectory
+from rlsys.weights import pull_if_newer
+
+
+def make_env(cfg: Config, env_id: str):
+    if cfg.env.kind == "miniwob":
+        from envs.web.miniwob import MiniWoBEnv
+
+        return MiniWoBEnv(cfg.env, env_id)
+    raise ValueError(f"unknown env.kind {cfg.env.kind!r}")
+
+
+class EnvRunner:
+    def __init__(self, runner_id: str, cfg: Config, weight_store, seed: int):
+        import torch
+
+        from rlsys.policies import build_policy
+
+        torch.set_num_threads(1)  # many runners share few cores; inference is tiny
+        self.runner_id = runner_id
+        self.cfg = cfg
+        self.weight_store = weight_store
+        self.policy = build_policy(cfg.policy, seed=seed)
+        self.policy.version = -1  # nothing pulled yet
+        self.env = None
+        self.envs_created = 0
+
+    def _ensure_env(self):
+        if self.env is None:
+            self.envs_created += 1
+            self.env = make_env(self.cfg, f"{self.runner_id}/env{self.envs_created}")
+        return self.env
+
+    def _drop_env(self) -> None:
+        env, self.env = self.env, None
+        if env is not None:
+            try:
+                env.close()
+            except Exception:
+                pass
+
+    def sync_weights(self) -> int:
+        """Pull the newest weights if the store has moved on; called at episode boundaries."""
+        found = pull_if_newer(self.weight_store, self.policy.version)
+        if found is not None:
+            version, state = found
+            self.policy.load_state_dict(state, version)
+        return self.policy.version
+
+    def run_episode(self, task: Task, explore: bool = True) -> Trajectory:
+        self.sync_weights()
+        steps: list[Step] = []
+        env_id = ""
+        try:
+            env = self._ensure_env()
+            env_id = env.env_id
+            t0 = time.perf_counter()
+            obs = env.reset(task)
+            task.instruction = task.instruction or obs.task
+            reset_s = time.perf_counter() - t0
+            history: list[str] = []
+            for _ in range(self.cfg.env.max_steps):
+                obs.extras["previous_actions"] = list(history)
+                t0 = time.perf_counter()
+                sample = self.policy.act([obs], greedy=not explore)[0]
+                t1 = time.perf_counter()
+                result = env.step(sample.text)
+                t2 = time.perf_counter()
+                info = result.info
+                steps.append(
+                    Step(
+                        observation=obs,
+                        action_text=sample.text,
+                        action=info.get("action"),
+                        reward=result.reward,
+                        done=result.done,
+                        policy_version=sample.version,
+                        logprob=sample.logprob,
+                        timings={"act_s": t1 - t0, "env_s": t2 - t1, **({"reset_s": reset_s} if not steps else {})},
+                        error=info.get("parse_error") or info.get("action_error"),
+                    )
+                )
+                history.append(sample.text)
+                obs = result.observation
+                if result.done:
+                    return Trajectory(task, steps, info.get("outcome", "failure"), env_id, self.runner_id)
+            return Trajectory(task, steps, "timeout", env_id, self.runner_id)
+        except EnvBrokenError as e:
+            self._drop_env()  # the next episode starts a fresh browser
+            return Trajectory(task, steps, "env_error", env_id, self.runner_id, error=str(e))
+
+    def pids(self) -> dict:
+        return self.env.pids() if self.env is not None else {}
+
+    def ping(self) -> str:
+        return self.runner_id
+
+    def close(self) -> None:
+        self._drop_env()
+
+
+RemoteEnvRunner = ray.remote(EnvRunner)

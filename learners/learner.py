@@ -1,0 +1,105 @@
+"""The learner actor: owns the trained policy and the algorithm, reads from the replay buffer,
+publishes versioned weights. Checkpoint state travels as bytes, so the driver can write it
+wherever the run folder is, whichever node the learner runs on."""
+from __future__ import annotations
+
+import io
+import tempfile
+import time
+from pathlib import Path
+from typing import Optional
+
+import ray
+import torch
+
+from rlsys.config import Config
+
+
+def pick_device(requested: str) -> str:
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("learner.device is 'cuda' but no CUDA device is visible to the learner")
+    if requested == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return requested
+
+
+class Learner:
+    def __init__(self, cfg: Config, buffer, weight_store):
+        from learners.filtered_bc import FilteredBC
+        from rlsys.policies import build_policy
+
+        self.cfg = cfg
+        self.buffer = buffer
+        self.weight_store = weight_store
+        self.device = pick_device(cfg.learner.device)
+        torch.manual_seed(cfg.run.seed)
+        self.policy = build_policy(cfg.policy, seed=cfg.run.seed, device=self.device)
+        self.algorithm = FilteredBC(cfg.learner, self.policy, seed=cfg.run.seed)
+        self.version = 0
+
+    def device_name(self) -> str:
+        return self.device
+
+    def publish(self) -> int:
+        ray.get(self.weight_store.publish.remote(self.version, self.policy.state_dict()), timeout=120)
+        return self.version
+
+    def update(self, min_version: Optional[int] = None) -> dict:
+        """One learner iteration: sample, train, publish the next version."""
+        t0 = time.perf_counter()
+        trajectories = ray.get(self.buffer.sample.remote(self.cfg.learner.sample_trajectories, min_version), timeout=300)
+        t1 = time.perf_counter()
+        metrics = self.algorithm.update(trajectories)
+        t2 = time.perf_counter()
+        self.version += 1
+        self.policy.version = self.version
+        self.publish()
+        return metrics | {
+            "learner/sampled_trajectories": len(trajectories),
+            "time/sample_s": t1 - t0,
+            "time/train_s": t2 - t1,
+            "time/publish_s": time.perf_counter() - t2,
+            "policy_version": self.version,
+        }
+
+    # -- checkpoints
+
+    def save(self) -> dict[str, bytes]:
+        files: dict[str, bytes] = {}
+        with tempfile.TemporaryDirectory() as tmp:
+            self.policy.save_pretrained(Path(tmp) / "policy")
+            for path in sorted((Path(tmp) / "policy").iterdir()):
+                files[f"policy/{path.name}"] = path.read_bytes()
+        state = {
+            "version": self.version,
+            "algorithm": self.algorithm.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        }
+        buf = io.BytesIO()
+        torch.save(state, buf)
+        files["learner.pt"] = buf.getvalue()
+        return files
+
+    def load(self, files: dict[str, bytes]) -> int:
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, data in files.items():
+                if name.startswith("policy/"):
+                    (Path(tmp) / "policy").mkdir(exist_ok=True)
+                    (Path(tmp) / name).write_bytes(data)
+            from rlsys.policies import build_policy
+            from dataclasses import replace
+
+            loaded = build_policy(replace(self.cfg.policy, path=str(Path(tmp) / "policy")), device=self.device)
+        self.policy.load_state_dict(loaded.state_dict())
+        state = torch.load(io.BytesIO(files["learner.pt"]), weights_only=True)
+        self.algorithm.load_state_dict(state["algorithm"])
+        torch.set_rng_state(state["torch_rng"])
+        if state["cuda_rng"]:
+            torch.cuda.set_rng_state_all(state["cuda_rng"])
+        self.version = state["version"]
+        self.policy.version = self.version
+        return self.version
+
+
+RemoteLearner = ray.remote(Learner)

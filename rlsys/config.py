@@ -1,0 +1,326 @@
+"""Experiment configuration: YAML with `extends:`, dotted overrides, typed validation, secrets.
+
+Everything is checked before any process starts: an unknown key names itself and the closest
+valid key, a wrong type names the key path and the type expected.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import re
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Optional, Union
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot run; the message says which key or file and why."""
+
+
+# ---------------------------------------------------------------------------------- schema
+
+
+@dataclass
+class RunConfig:
+    name: str = "run"
+    output_dir: Optional[str] = None  # default: runs/<name>
+    seed: int = 0
+    mode: Literal["sync", "async"] = "sync"
+    iterations: int = 10
+    rollout_size: int = 32  # trajectories collected per iteration (sync) or per update (async)
+    eval_every: int = 5
+    eval_episodes: int = 30
+    eval_at_start: bool = True
+    checkpoint_every: int = 1
+    keep_checkpoints: int = 3
+    max_policy_lag: Optional[int] = None  # async: trajectories older than this many versions are dropped
+    episode_timeout_s: float = 120.0
+
+
+@dataclass
+class RayConfig:
+    address: Optional[str] = None  # None: start a local instance
+    num_cpus: Optional[int] = None
+    dashboard: bool = True
+    dashboard_host: str = "127.0.0.1"
+    dashboard_port: int = 8265
+
+
+@dataclass
+class RunnersConfig:
+    num: int = 2
+    num_cpus: float = 0.5
+    resource: str = "browser"  # custom Ray resource each runner asks one unit of
+    max_restarts: int = 20  # runner re-creations allowed over a run before it fails
+
+
+@dataclass
+class EnvConfig:
+    kind: Literal["miniwob"] = "miniwob"
+    max_steps: int = 5
+    window: list[int] = field(default_factory=lambda: [400, 400])
+    step_timeout_s: float = 15.0
+    headless: bool = True
+    chromium: str = "/usr/bin/chromium"
+    chromedriver: str = "/usr/bin/chromedriver"
+    episode_time_limit_s: float = 60.0  # MiniWoB's in-page timer
+    max_elements: int = 20
+
+
+@dataclass
+class TasksConfig:
+    suite: Literal["miniwob"] = "miniwob"
+    train: list[str] = field(default_factory=lambda: ["click-test-2"])
+    eval: Optional[list[str]] = None  # default: the training tasks
+    sampling: Literal["random", "sequential"] = "random"
+
+
+@dataclass
+class PolicyConfig:
+    kind: Literal["tiny_t5"] = "tiny_t5"
+    path: Optional[str] = None  # a save_pretrained folder to start from; None: a fresh model
+    d_model: int = 64
+    d_ff: int = 128
+    num_layers: int = 2
+    num_heads: int = 4
+    temperature: float = 1.0
+    max_new_tokens: int = 32
+    max_prompt_tokens: int = 384
+
+
+@dataclass
+class LearnerConfig:
+    algorithm: Literal["filtered_bc"] = "filtered_bc"
+    filter: Literal["success", "quantile"] = "success"
+    quantile: float = 0.9
+    lr: float = 1e-3
+    batch_size: int = 32
+    updates_per_iteration: int = 20
+    grad_clip: float = 1.0
+    sample_trajectories: int = 512  # trajectories drawn from the replay buffer per iteration
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    num_cpus: float = 1.0
+
+
+@dataclass
+class ReplayConfig:
+    capacity: int = 2000  # trajectories
+    max_bytes: int = 1 << 30
+
+
+@dataclass
+class MetricsConfig:
+    wandb: bool = False
+    wandb_project: str = "rlsys"
+    wandb_mode: Literal["offline", "online", "disabled"] = "offline"
+    wandb_api_key: Optional[str] = None  # use ${env:WANDB_API_KEY}; never a literal key
+    progress: bool = True
+
+
+@dataclass
+class Config:
+    run: RunConfig = field(default_factory=RunConfig)
+    ray: RayConfig = field(default_factory=RayConfig)
+    runners: RunnersConfig = field(default_factory=RunnersConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    tasks: TasksConfig = field(default_factory=TasksConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
+    replay: ReplayConfig = field(default_factory=ReplayConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+
+    @property
+    def output_dir(self) -> Path:
+        return Path(self.run.output_dir or os.path.join("runs", self.run.name))
+
+
+# ---------------------------------------------------------------------------------- loading
+
+_ENV_REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}")
+_SECRET_NAME = re.compile(r"(key|token|secret|password|credential)", re.I)
+REDACTED = "***redacted***"
+
+
+def read_yaml_with_extends(path: str | os.PathLike, _seen: tuple = ()) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    if path.resolve() in _seen:
+        raise ConfigError(f"config `extends` cycle through {path}")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
+    parents = data.pop("extends", None) or []
+    if isinstance(parents, str):
+        parents = [parents]
+    merged: dict = {}
+    for parent in parents:
+        merged = deep_merge(merged, read_yaml_with_extends(path.parent / parent, _seen + (path.resolve(),)))
+    return deep_merge(merged, data)
+
+
+def deep_merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    """Apply `a.b.c=value` overrides; values are parsed as YAML (`1e-5`, `[1, 2]`, `null`)."""
+    data = deep_merge({}, data)
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} must look like key.path=value")
+        key, raw = item.split("=", 1)
+        try:
+            value = yaml.safe_load(raw) if raw != "" else ""
+        except yaml.YAMLError:
+            value = raw
+        node = data
+        parts = key.strip().split(".")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {key!r}: {p!r} is not a section")
+        node[parts[-1]] = value
+    return data
+
+
+def load_config(path: str | os.PathLike | None, overrides: list[str] = (), data: dict | None = None) -> Config:
+    raw = read_yaml_with_extends(path) if path is not None else (data or {})
+    raw = apply_overrides(raw, list(overrides))
+    return build(Config, raw)
+
+
+def build(cls: type, data: Any, prefix: str = "") -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{prefix or 'config'}: expected a mapping, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    kwargs = {}
+    for key, value in data.items():
+        path = f"{prefix}.{key}" if prefix else str(key)
+        if key not in names:
+            close = difflib.get_close_matches(str(key), names, n=1)
+            hint = f"; did you mean {(prefix + '.' if prefix else '') + close[0]!r}?" if close else ""
+            raise ConfigError(f"unknown config key {path!r}{hint} (valid: {', '.join(names)})")
+        kwargs[key] = _coerce(hints[key], value, path)
+    return cls(**kwargs)
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(tp))
+    if origin is list:
+        return f"list of {_type_name(typing.get_args(tp)[0])}"
+    if tp is type(None):
+        return "null"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _coerce(tp: Any, value: Any, path: str) -> Any:
+    origin = typing.get_origin(tp)
+    if isinstance(value, str) and _ENV_REF.search(value):
+        value = resolve_env(value, path)
+    if dataclasses.is_dataclass(tp):
+        return build(tp, value, path)
+    if origin in (Union, types.UnionType):
+        for arg in typing.get_args(tp):
+            try:
+                return _coerce(arg, value, path)
+            except ConfigError:
+                continue
+        raise _type_error(path, tp, value)
+    if tp is type(None):
+        if value is None:
+            return None
+        raise _type_error(path, tp, value)
+    if origin is Literal:
+        if value in typing.get_args(tp):
+            return value
+        raise _type_error(path, tp, value)
+    if origin is list:
+        if not isinstance(value, list):
+            raise _type_error(path, tp, value)
+        (item,) = typing.get_args(tp)
+        return [_coerce(item, v, f"{path}[{i}]") for i, v in enumerate(value)]
+    if tp is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if tp is float and isinstance(value, str):
+        try:  # YAML reads 1e-5 (no dot) as a string
+            return float(value)
+        except ValueError:
+            pass
+    if tp in (int, str, bool) and isinstance(value, tp) and not (tp is int and isinstance(value, bool)):
+        return value
+    raise _type_error(path, tp, value)
+
+
+def _type_error(path: str, tp: Any, value: Any) -> ConfigError:
+    return ConfigError(f"config key {path!r} must be {_type_name(tp)}, got {value!r} ({type(value).__name__})")
+
+
+def resolve_env(value: str, path: str) -> str:
+    def sub(m: re.Match) -> str:
+        name = m.group(1)
+        if name not in os.environ:
+            raise ConfigError(f"config key {path!r} refers to environment variable {name}, which is not set")
+        return os.environ[name]
+
+    return _ENV_REF.sub(sub, value)
+
+
+def redacted_dict(raw: dict, _path: str = "") -> dict:
+    """The config as a mapping fit to write to disk: `${env:…}` references stay references,
+    and literal values under secret-looking names are replaced."""
+    out = {}
+    for k, v in raw.items():
+        if isinstance(v, dict):
+            out[k] = redacted_dict(v, f"{_path}{k}.")
+        elif isinstance(v, str) and _ENV_REF.search(v):
+            out[k] = v
+        elif v is not None and _SECRET_NAME.search(str(k)):
+            out[k] = REDACTED
+        else:
+            out[k] = v
+    return out
+
+
+def unresolved_dict(path: str | os.PathLike | None, overrides: list[str] = (), data: dict | None = None) -> dict:
+    """The merged, overridden mapping before `${env:…}` resolution: what goes to disk."""
+    raw = read_yaml_with_extends(path) if path is not None else (data or {})
+    return apply_overrides(raw, list(overrides))
+
+
+def to_dict(cfg: Config) -> dict:
+    return dataclasses.asdict(cfg)
+
+
+def save_config(raw: dict, cfg: Config, dest: Path) -> None:
+    """Write the fully resolved config (defaults filled in) with secrets redacted."""
+    full = deep_merge(to_dict(cfg), _only_env_refs(raw))
+    dest.write_text(yaml.safe_dump(redacted_dict(full), sort_keys=False))
+
+
+def _only_env_refs(raw: dict) -> dict:
+    out = {}
+    for k, v in raw.items():
+        if isinstance(v, dict):
+            sub = _only_env_refs(v)
+            if sub:
+                out[k] = sub
+        elif isinstance(v, str) and _ENV_REF.search(v):
+            out[k] = v
+    return out

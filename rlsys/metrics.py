@@ -1,0 +1,77 @@
+"""Run metrics: one JSON object per iteration in metrics.jsonl, optional wandb, a progress bar."""
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Optional
+
+from tqdm import tqdm
+
+from rlsys.config import Config
+
+
+class MetricsLogger:
+    def __init__(self, cfg: Config, run_dir: Path, config_for_logging: dict, total: int, start: int = 0):
+        self.path = Path(run_dir) / "metrics.jsonl"
+        self._file = self.path.open("a")
+        self._bar = tqdm(total=total, initial=start, desc=cfg.run.name, unit="it", disable=not cfg.metrics.progress)
+        self._wandb = None
+        if cfg.metrics.wandb:
+            import wandb
+
+            if cfg.metrics.wandb_api_key:
+                os.environ["WANDB_API_KEY"] = cfg.metrics.wandb_api_key
+            self._wandb = wandb.init(
+                project=cfg.metrics.wandb_project,
+                name=cfg.run.name,
+                mode=cfg.metrics.wandb_mode,
+                dir=str(run_dir),
+                config=config_for_logging,
+                resume="allow",
+            )
+
+    def log(self, record: dict, advance: bool = True) -> None:
+        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
+        self._file.write(json.dumps(clean) + "\n")
+        self._file.flush()
+        if self._wandb is not None:
+            self._wandb.log({k: v for k, v in clean.items() if isinstance(v, (int, float))}, step=record["iteration"])
+        if advance:
+            self._bar.update(1)
+        shown = {k.split("/")[-1]: v for k, v in clean.items() if k in ("train/success_rate", "eval/success_rate", "learner/loss")}
+        self._bar.set_postfix({k: round(v, 3) for k, v in shown.items() if v is not None})
+
+    def write(self, text: str) -> None:
+        self._bar.write(text)
+
+    def close(self) -> None:
+        self._bar.close()
+        self._file.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    path = Path(run_dir) / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def eval_table(records: list[dict]) -> Optional[str]:
+    rows = [r for r in records if r.get("eval/success_rate") is not None]
+    if not rows:
+        return None
+    tasks = sorted({k[len("eval/success_rate/"):] for r in rows for k in r if k.startswith("eval/success_rate/")})
+    header = ["iteration", "policy_version", "eval success"] + tasks
+    lines = [header] + [
+        [str(r["iteration"]), str(r.get("policy_version", "")), f"{100 * r['eval/success_rate']:.1f}%"]
+        + [f"{100 * r.get('eval/success_rate/' + t, float('nan')):.1f}%" for t in tasks]
+        for r in rows
+    ]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    fmt = lambda line: "  ".join(cell.rjust(w) for cell, w in zip(line, widths))  # noqa: E731
+    out = [fmt(lines[0]), fmt(["-" * w for w in widths])] + [fmt(line) for line in lines[1:]]
+    first, last = rows[0]["eval/success_rate"], rows[-1]["eval/success_rate"]
+    out.append(f"eval success {100 * first:.1f}% -> {100 * last:.1f}% ({100 * (last - first):+.1f} points)")
+    return "\n".join(out)

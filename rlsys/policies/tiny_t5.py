@@ -1,0 +1,136 @@
+"""A small T5 encoder–decoder over bytes (the ByT5 tokenizer needs no vocabulary download).
+
+It reads the task, the previous actions and the numbered element list, and writes the action
+text. Built from a config when no checkpoint is given; saved and loaded in Hugging Face layout.
+"""
+from __future__ import annotations
+
+import os
+from typing import Optional, Sequence
+
+import torch
+from transformers import ByT5Tokenizer, LogitsProcessorList, T5Config, T5ForConditionalGeneration
+
+from rlsys.config import PolicyConfig
+from rlsys.grammar import Grammar
+from rlsys.policies.grammar_decoding import GrammarLogitsProcessor
+from rlsys.types import ActionSample, Observation
+
+_BYTE_OFFSET = 3  # ByT5: pad 0, eos 1, unk 2, then the 256 bytes
+
+
+def prompt_text(obs: Observation) -> str:
+    history = obs.extras.get("previous_actions") or []
+    previous = "; ".join(history[-2:]) or "none"
+    return f"Task: {obs.task}\nPrevious: {previous}\nElements:\n{obs.ui_text}"
+
+
+class TinyT5Policy:
+    def __init__(self, model: T5ForConditionalGeneration, tokenizer: ByT5Tokenizer, cfg: PolicyConfig, device: str = "cpu"):
+        self.model = model.to(device)
+        self.tokenizer = tokenizer
+        self.tokenizer.truncation_side = "right"  # the task comes first; drop trailing elements
+        self.cfg = cfg
+        self.device = device
+        self.version = 0
+
+    @classmethod
+    def create(cls, cfg: PolicyConfig, seed: int = 0, device: str = "cpu") -> "TinyT5Policy":
+        if cfg.path:
+            return cls.from_pretrained(cfg.path, cfg, device)
+        torch.manual_seed(seed)
+        tokenizer = ByT5Tokenizer()
+        model_cfg = T5Config(
+            vocab_size=len(tokenizer),
+            d_model=cfg.d_model,
+            d_ff=cfg.d_ff,
+            d_kv=cfg.d_model // cfg.num_heads,
+            num_layers=cfg.num_layers,
+            num_decoder_layers=cfg.num_layers,
+            num_heads=cfg.num_heads,
+            dropout_rate=0.0,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            decoder_start_token_id=tokenizer.pad_token_id,
+        )
+        return cls(T5ForConditionalGeneration(model_cfg), tokenizer, cfg, device)
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike, cfg: PolicyConfig, device: str = "cpu") -> "TinyT5Policy":
+        model = T5ForConditionalGeneration.from_pretrained(path)
+        tokenizer = ByT5Tokenizer.from_pretrained(path)
+        return cls(model, tokenizer, cfg, device)
+
+    def save_pretrained(self, path: str | os.PathLike) -> None:
+        self.model.save_pretrained(path)
+        self.tokenizer.save_pretrained(path)
+
+    # -- acting
+
+    def _encode(self, prompts: Sequence[str]) -> dict:
+        batch = self.tokenizer(
+            list(prompts), padding=True, truncation=True, max_length=self.cfg.max_prompt_tokens, return_tensors="pt"
+        )
+        return {k: v.to(self.device) for k, v in batch.items()}
+
+    def _decode_prefix(self, ids: list[int]) -> str:
+        return bytes(i - _BYTE_OFFSET for i in ids if i >= _BYTE_OFFSET).decode("latin-1")
+
+    @torch.no_grad()
+    def act(self, observations: Sequence[Observation], greedy: bool = False) -> list[ActionSample]:
+        grammars = [Grammar.from_dict(o.extras["grammar"]) for o in observations]
+        processor = GrammarLogitsProcessor(
+            grammars, self._decode_prefix, lambda c: ord(c) + _BYTE_OFFSET, self.tokenizer.eos_token_id
+        )
+        self.model.eval()
+        out = self.model.generate(
+            **self._encode([prompt_text(o) for o in observations]),
+            do_sample=not greedy,
+            temperature=self.cfg.temperature if not greedy else None,
+            top_k=None,
+            top_p=None,
+            max_new_tokens=self.cfg.max_new_tokens,
+            logits_processor=LogitsProcessorList([processor]),
+            output_scores=True,
+            return_dict_in_generate=True,
+        )
+        step_logprobs = self.model.compute_transition_scores(out.sequences, out.scores, normalize_logits=True)
+        samples = []
+        for row, seq in enumerate(out.sequences[:, 1:].tolist()):
+            end = seq.index(self.tokenizer.eos_token_id) + 1 if self.tokenizer.eos_token_id in seq else len(seq)
+            logprob = float(step_logprobs[row, :end].sum())
+            samples.append(ActionSample(self._decode_prefix(seq[:end]), logprob, self.version))
+        return samples
+
+    # -- learning
+
+    def _labels(self, actions: Sequence[str]) -> torch.Tensor:
+        labels = self.tokenizer(list(actions), padding=True, return_tensors="pt").input_ids
+        labels[labels == self.tokenizer.pad_token_id] = -100
+        return labels.to(self.device)
+
+    def token_logprobs(self, observations: Sequence[Observation], actions: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-token log-probs of `actions` by teacher forcing, and the mask of real tokens."""
+        labels = self._labels(actions)
+        logits = self.model(**self._encode([prompt_text(o) for o in observations]), labels=labels).logits
+        mask = labels != -100
+        logp = torch.log_softmax(logits.float(), dim=-1).gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+        return logp * mask, mask
+
+    def log_probs(self, observations: Sequence[Observation], actions: Sequence[str]) -> torch.Tensor:
+        logp, _ = self.token_logprobs(observations, actions)
+        return logp.sum(-1)
+
+    def parameters(self):
+        return self.model.parameters()
+
+    def train(self) -> None:
+        self.model.train()
+
+    def state_dict(self) -> dict:
+        return {k: v.detach().to("cpu") for k, v in self.model.state_dict().items()}
+
+    def load_state_dict(self, state: dict, version: Optional[int] = None) -> None:
+        self.model.load_state_dict(state)
+        if version is not None:
+            self.version = version

@@ -1,0 +1,64 @@
+"""python -m rlsys.train --config FILE [key=value ...] [--resume RUN_DIR]"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from rlsys.config import ConfigError, load_config, save_config, unresolved_dict
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m rlsys.train", description=__doc__)
+    p.add_argument("--config", help="experiment YAML (default with --resume: RUN_DIR/config.yaml)")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its newest checkpoint")
+    p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. learner.lr=1e-4 run.iterations=20")
+    args = p.parse_args(argv)
+    if not args.config and not args.resume:
+        p.error("--config is required (or --resume RUN_DIR)")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    config_path = args.config or os.path.join(args.resume, "config.yaml")
+    try:  # every config problem is reported before Ray starts
+        cfg = load_config(config_path, args.overrides)
+        raw = unresolved_dict(config_path, args.overrides)
+        if args.resume:
+            cfg.run.output_dir = args.resume
+    except ConfigError as e:
+        print(f"config error: {e}", file=sys.stderr)
+        return 2
+    run_dir = cfg.output_dir
+    if not args.resume and (run_dir / "checkpoints").exists() and any((run_dir / "checkpoints").iterdir()):
+        print(f"{run_dir} already holds a run; pass --resume {run_dir} or choose another run.name", file=sys.stderr)
+        return 2
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save_config(raw, cfg, run_dir / "config.yaml")
+
+    from rlsys.trainer import Trainer, init_ray
+    import ray
+
+    init_ray(cfg)
+    ctx = ray.get_runtime_context()
+    dashboard = getattr(ray._private.worker.global_worker.node, "webui_url", None) if cfg.ray.dashboard else None
+    print(f"run folder: {run_dir}", flush=True)
+    if dashboard:
+        print(f"Ray dashboard: http://{dashboard}", flush=True)
+    del ctx
+    trainer = Trainer(cfg, run_dir, resume=bool(args.resume))
+    try:
+        trainer.run()
+        table = trainer.final_table()
+        if table:
+            print("\n" + table, flush=True)
+    finally:
+        trainer.shutdown()
+        ray.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

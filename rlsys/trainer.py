@@ -1,0 +1,267 @@
+"""The driver: wires runners, replay buffer, weight store and learner, and runs the loop.
+
+`sync`: collect `rollout_size` trajectories, update, publish, evaluate (the papers' recipe).
+`async`: runners never stop; the learner updates whenever `rollout_size` new trainable
+trajectories arrived since its last update, dropping data older than `max_policy_lag` versions.
+"""
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import ray
+
+from rlsys import checkpoint
+from rlsys.config import Config
+from rlsys.metrics import MetricsLogger, eval_table, read_metrics
+from rlsys.storage import ShardWriter
+from rlsys.tasks import TaskSource, eval_tasks
+from rlsys.types import Trajectory
+
+log = logging.getLogger(__name__)
+
+
+def init_ray(cfg: Config) -> None:
+    if ray.is_initialized():
+        return
+    if cfg.ray.address:
+        ray.init(address=cfg.ray.address, log_to_driver=False)
+    else:
+        ray.init(
+            address="local",
+            num_cpus=cfg.ray.num_cpus,
+            resources={cfg.runners.resource: cfg.runners.num},
+            include_dashboard=cfg.ray.dashboard,
+            dashboard_host=cfg.ray.dashboard_host,
+            dashboard_port=cfg.ray.dashboard_port,
+            log_to_driver=False,
+        )
+
+
+class Trainer:
+    def __init__(self, cfg: Config, run_dir: Path, resume: bool = False):
+        from actors.pool import RunnerPool
+        from actors.replay import ReplayBufferActor
+        from learners.learner import RemoteLearner
+        from rlsys.weights import WeightStore
+
+        self.cfg = cfg
+        self.run_dir = Path(run_dir)
+        self.iteration = 0
+        self.counters: Counter = Counter()
+        self.tasks = TaskSource(cfg.tasks.train, cfg.tasks.sampling, cfg.run.seed)
+        self.rng = random.Random(cfg.run.seed)
+        self.writer = ShardWriter(self.run_dir / "trajectories")
+        self.eval_writer = ShardWriter(self.run_dir / "trajectories" / "eval")
+
+        self.weight_store = ray.remote(WeightStore).options(name="weight-store", num_cpus=0).remote()
+        self.buffer = ReplayBufferActor.options(name="replay-buffer", num_cpus=0).remote(
+            cfg.replay.capacity, cfg.replay.max_bytes, cfg.run.seed
+        )
+        learner_gpus = 1 if cfg.learner.device != "cpu" and ray.cluster_resources().get("GPU", 0) >= 1 else 0
+        self.learner = RemoteLearner.options(
+            name="learner", num_cpus=cfg.learner.num_cpus if not learner_gpus else 1, num_gpus=learner_gpus
+        ).remote(cfg, self.buffer, self.weight_store)
+        if resume:
+            self._restore()
+        ray.get(self.learner.publish.remote(), timeout=300)
+        self.version = ray.get(self.weight_store.get_version.remote())
+        self.pool = RunnerPool(cfg, self.weight_store, seed=cfg.run.seed + 7919 * self.iteration)
+        self._iteration_trajs: list[Trajectory] = []
+        self._pending_update: Optional[ray.ObjectRef] = None
+        self._new_since_update = 0
+
+    # ------------------------------------------------------------------ collection
+
+    def _handle(self, finished: list[tuple[Trajectory, bool]], eval_sink: Optional[list]) -> None:
+        train = [t for t, explore in finished if explore]
+        evals = [t for t, explore in finished if not explore]
+        if eval_sink is not None:
+            eval_sink.extend(evals)
+        if not train:
+            return
+        min_version = self._min_version()
+        fresh = [t for t in train if min_version is None or not t.trainable or t.policy_version >= min_version]
+        self.counters["dropped_stale"] += len(train) - len(fresh)
+        self.buffer.add.remote(fresh)  # actor calls from one caller run in order
+        self.writer.write(train)
+        self._iteration_trajs += train
+        self.counters["trajectories"] += len(train)
+        self.counters["env_steps"] += sum(len(t.steps) for t in train)
+        for t in train:
+            self.counters[f"outcome/{t.outcome}"] += 1
+        self._new_since_update += sum(t.trainable for t in fresh)
+
+    def _min_version(self) -> Optional[int]:
+        lag = self.cfg.run.max_policy_lag
+        return None if lag is None else self.version - lag
+
+    def _fill_runners(self, explore: bool, queue: Optional[list] = None, budget: Optional[int] = None) -> int:
+        submitted = 0
+        while self.pool.num_idle and (budget is None or submitted < budget):
+            if queue is not None:
+                if not queue:
+                    break
+                task = queue.pop(0)
+            else:
+                task = self.tasks.next()
+            self.pool.submit(task, explore)
+            submitted += 1
+        return submitted
+
+    def _collect_sync(self) -> None:
+        remaining = self.cfg.run.rollout_size
+        while remaining > 0 or self.pool.num_inflight:
+            if remaining > 0:
+                remaining -= self._fill_runners(explore=True, budget=remaining)
+            self._handle(self.pool.wait(1.0), None)
+
+    def evaluate(self) -> dict:
+        names = self.cfg.tasks.eval or self.cfg.tasks.train
+        queue = eval_tasks(names, self.cfg.run.eval_episodes)
+        results: list[Trajectory] = []
+        while len(results) < self.cfg.run.eval_episodes:
+            self._fill_runners(explore=False, queue=queue)
+            # in async mode runners left idle by an empty queue keep collecting training data
+            if self.cfg.run.mode == "async" and not queue:
+                self._fill_runners(explore=True)
+            self._handle(self.pool.wait(1.0), results)
+            self._poll_async_update()
+        self.eval_writer.write(results)
+        judged = [t for t in results if t.outcome != "env_error"]
+        out = {"eval/success_rate": float(np.mean([t.outcome == "success" for t in judged])) if judged else None}
+        out["eval/env_errors"] = len(results) - len(judged)
+        for name in names:
+            mine = [t.outcome == "success" for t in judged if t.task.start == name]
+            out[f"eval/success_rate/{name}"] = float(np.mean(mine)) if mine else None
+        return out
+
+    # ------------------------------------------------------------------ learning
+
+    def _poll_async_update(self) -> Optional[dict]:
+        if self._pending_update is None:
+            return None
+        ready, _ = ray.wait([self._pending_update], timeout=0)
+        if not ready:
+            return None
+        metrics = ray.get(self._pending_update)
+        self._pending_update = None
+        self.version = metrics["policy_version"]
+        return metrics
+
+    def _iteration_record(self, learner_metrics: dict, started: float) -> dict:
+        trajs, self._iteration_trajs = self._iteration_trajs, []
+        trainable = [t for t in trajs if t.trainable]
+        record = {
+            "iteration": self.iteration,
+            "trajectories": self.counters["trajectories"],
+            "env_steps": self.counters["env_steps"],
+            "policy_version": self.version,
+            "train/success_rate": float(np.mean([t.outcome == "success" for t in trainable])) if trainable else None,
+            "train/trajectories": len(trajs),
+            "train/env_errors": sum(t.outcome == "env_error" for t in trajs),
+            "train/mean_steps": float(np.mean([len(t.steps) for t in trainable])) if trainable else None,
+            "train/policy_lag": float(np.mean([self.version - 1 - t.policy_version for t in trainable])) if trainable else None,
+            "runners/restarts": self.pool.restarts,
+            "dropped_stale": self.counters["dropped_stale"],
+            "time/iteration_s": time.perf_counter() - started,
+        }
+        record.update(learner_metrics)
+        record.update({f"replay/{k}": v for k, v in ray.get(self.buffer.stats.remote(), timeout=60).items()})
+        return record
+
+    def _after_update(self, record: dict, logger: MetricsLogger) -> None:
+        cfg = self.cfg.run
+        if cfg.eval_every and (self.iteration % cfg.eval_every == 0 or self.iteration == cfg.iterations):
+            record.update(self.evaluate())
+        logger.log(record)
+        if cfg.checkpoint_every and (self.iteration % cfg.checkpoint_every == 0 or self.iteration == cfg.iterations):
+            self.save_checkpoint()
+
+    def run(self) -> list[dict]:
+        cfg = self.cfg.run
+        logger = MetricsLogger(self.cfg, self.run_dir, {}, total=cfg.iterations, start=self.iteration)
+        try:
+            if self.iteration == 0 and cfg.eval_at_start and cfg.eval_every:
+                logger.log({"iteration": 0, "policy_version": self.version, **self.evaluate()}, advance=False)
+            started = time.perf_counter()
+            while self.iteration < cfg.iterations:
+                if cfg.mode == "sync":
+                    self._collect_sync()
+                    metrics = ray.get(self.learner.update.remote(self._min_version()), timeout=3600)
+                    self.version = metrics["policy_version"]
+                else:
+                    metrics = self._async_step()
+                    if metrics is None:
+                        continue
+                self.iteration += 1
+                self._after_update(self._iteration_record(metrics, started), logger)
+                started = time.perf_counter()
+        finally:
+            logger.close()
+        return read_metrics(self.run_dir)
+
+    def _async_step(self) -> Optional[dict]:
+        self._fill_runners(explore=True)
+        self._handle(self.pool.wait(0.5), None)
+        if self._pending_update is None and self._new_since_update >= self.cfg.run.rollout_size:
+            self._new_since_update = 0
+            self._pending_update = self.learner.update.remote(self._min_version())
+        return self._poll_async_update()
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def save_checkpoint(self) -> Path:
+        if self._pending_update is not None:  # never snapshot a learner mid-update
+            self.version = ray.get(self._pending_update, timeout=3600)["policy_version"]
+            self._pending_update = None
+        learner_files = ray.get(self.learner.save.remote(), timeout=600)
+
+        def fill(folder: Path) -> None:
+            checkpoint.write_files(folder, learner_files)
+            buffer_state = ray.get(self.buffer.save.remote(str(folder)), timeout=600)
+            checkpoint.write_json(
+                folder / "state.json",
+                {
+                    "iteration": self.iteration,
+                    "policy_version": self.version,
+                    "counters": dict(self.counters),
+                    "tasks": self.tasks.state_dict(),
+                    "replay": buffer_state,
+                },
+            )
+
+        return checkpoint.write(self.run_dir, self.iteration, fill, self.cfg.run.keep_checkpoints)
+
+    def _restore(self) -> None:
+        found = checkpoint.latest(self.run_dir)
+        if found is None:
+            log.warning("no complete checkpoint in %s; starting from scratch", self.run_dir)
+            return
+        state = checkpoint.read_json(found / "state.json")
+        files = {k: v for k, v in checkpoint.read_files(found).items() if k.startswith("policy/") or k == "learner.pt"}
+        ray.get(self.learner.load.remote(files), timeout=600)
+        ray.get(self.buffer.load.remote(str(found), state["replay"]), timeout=600)
+        self.iteration = state["iteration"]
+        self.counters = Counter(state["counters"])
+        self.tasks.load_state_dict(state["tasks"])
+        self._truncate_metrics(self.iteration)
+        print(f"resumed from {found} at iteration {self.iteration}", flush=True)
+
+    def _truncate_metrics(self, iteration: int) -> None:
+        """Drop metric lines written after the checkpoint we resume from; they will be redone."""
+        records = [r for r in read_metrics(self.run_dir) if r["iteration"] <= iteration]
+        import json
+
+        (self.run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+    def shutdown(self) -> None:
+        self.pool.shutdown()
+
+    def final_table(self) -> Optional[str]:
+        return eval_table(read_metrics(self.run_dir))

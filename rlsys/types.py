@@ -1,0 +1,108 @@
+"""The data model shared by every part of rlsys (DESIGN.md §3)."""
+from __future__ import annotations
+
+import io
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+
+OUTCOMES = ("success", "failure", "timeout", "env_error", "unknown")
+TRAINABLE_OUTCOMES = frozenset({"success", "failure", "timeout"})
+
+
+@dataclass
+class Task:
+    id: str
+    instruction: str
+    suite: str
+    split: str = "train"
+    start: str = ""
+    checks: Optional[dict] = None
+    meta: dict = field(default_factory=dict)
+
+
+@dataclass
+class Observation:
+    """What an agent sees at one step.
+
+    The screenshot is kept as the PNG bytes the browser or device produced; `screenshot`
+    decodes it on demand, so observations that are only stored never pay for a decode.
+    """
+
+    screenshot_png: bytes
+    ui_text: str
+    location: str
+    task: str
+    extras: dict = field(default_factory=dict)
+
+    @property
+    def screenshot(self) -> np.ndarray:
+        from PIL import Image
+
+        with Image.open(io.BytesIO(self.screenshot_png)) as im:
+            return np.asarray(im.convert("RGB"))
+
+
+@dataclass
+class StepResult:
+    observation: Observation
+    reward: float
+    done: bool
+    info: dict = field(default_factory=dict)
+
+
+@dataclass
+class ActionSample:
+    text: str
+    logprob: Optional[float]
+    version: int
+
+
+@dataclass
+class Step:
+    observation: Observation
+    action_text: str
+    action: Optional[dict]
+    reward: float
+    done: bool
+    policy_version: int
+    logprob: Optional[float]
+    timings: dict = field(default_factory=dict)
+    error: Optional[str] = None
+
+
+@dataclass
+class Trajectory:
+    task: Task
+    steps: list[Step]
+    outcome: str
+    env_id: str = ""
+    runner_id: str = ""
+    error: Optional[str] = None
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    def __post_init__(self) -> None:
+        if self.outcome not in OUTCOMES:
+            raise ValueError(f"outcome must be one of {OUTCOMES}, got {self.outcome!r}")
+
+    @property
+    def trainable(self) -> bool:
+        return self.outcome in TRAINABLE_OUTCOMES
+
+    @property
+    def reward(self) -> float:
+        return float(sum(s.reward for s in self.steps))
+
+    @property
+    def policy_version(self) -> int:
+        """The oldest policy version that acted in this trajectory (-1 when it has no steps)."""
+        return min((s.policy_version for s in self.steps), default=-1)
+
+    def nbytes(self) -> int:
+        """Approximate in-memory size, dominated by the compressed screenshots."""
+        return 512 + sum(
+            len(s.observation.screenshot_png) + len(s.observation.ui_text) + len(s.action_text) + 256
+            for s in self.steps
+        )

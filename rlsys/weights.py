@@ -1,0 +1,42 @@
+"""Versioned weights: the learner publishes, runners pull when the version moved on.
+
+The store puts each published state dict into the Ray object store itself, so it owns the
+object; runners fetch it by reference (shared memory on the same node, one transfer per node
+otherwise) and only when their version is older.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import ray
+
+
+class WeightStore:
+    def __init__(self) -> None:
+        self.version = -1
+        self._ref: Optional[ray.ObjectRef] = None
+
+    def publish(self, version: int, state_dict: dict) -> int:
+        if version <= self.version:
+            raise ValueError(f"weights version {version} is not newer than {self.version}")
+        self._ref = ray.put(state_dict)
+        self.version = version
+        return version
+
+    def get_version(self) -> int:
+        return self.version
+
+    def get_if_newer(self, version: int) -> Optional[tuple[int, list]]:
+        """(version, [ref]) when newer weights exist; the ref is wrapped so Ray does not inline it."""
+        if self.version > version and self._ref is not None:
+            return self.version, [self._ref]
+        return None
+
+
+def pull_if_newer(store, current_version: int, timeout_s: float = 60.0) -> Optional[tuple[int, dict]]:
+    """Fetch weights from a WeightStore actor when its version is newer than `current_version`."""
+    found = ray.get(store.get_if_newer.remote(current_version), timeout=timeout_s)
+    if found is None:
+        return None
+    version, (ref,) = found
+    return version, ray.get(ref, timeout=timeout_s)

@@ -4,6 +4,7 @@ A runner that dies (its process killed, its node lost) or overruns the episode d
 killed and re-created; the episode it was playing is reported as an `env_error` trajectory,
 which is counted and stored but never trained on.
 """
+
 from __future__ import annotations
 
 import logging
@@ -120,9 +121,11 @@ class RunnerPool:
         return out
 
     def shutdown(self) -> None:
+        """Close every browser before the actors go: a killed actor would orphan its browser."""
+        closing = [runner.close.remote() for runner in self.runners]
+        ray.wait(closing, num_returns=len(closing), timeout=30)
+        if self._inflight:  # episodes cut short by close() return promptly as env errors
+            ray.wait(list(self._inflight), num_returns=len(self._inflight), timeout=30)
+            self._inflight.clear()
         for runner in self.runners:
-            try:
-                ray.get(runner.close.remote(), timeout=10)
-            except Exception:
-                pass
             ray.kill(runner, no_restart=True)

@@ -1,6 +1,8 @@
 """EnvRunner: a Ray actor owning one env and a policy replica, playing whole episodes."""
+
 from __future__ import annotations
 
+import os
 import time
 
 import ray
@@ -33,8 +35,12 @@ class EnvRunner:
         self.policy.version = -1  # nothing pulled yet
         self.env = None
         self.envs_created = 0
+        self.episode_steps = 0  # steps taken so far in the episode being played
+        self.closed = False
 
     def _ensure_env(self):
+        if self.closed:  # close() ran while this episode was starting: never leave a browser behind
+            raise EnvBrokenError("runner is shutting down")
         if self.env is None:
             self.envs_created += 1
             self.env = make_env(self.cfg, f"{self.runner_id}/env{self.envs_created}")
@@ -48,13 +54,20 @@ class EnvRunner:
             except Exception:
                 pass
 
-    def sync_weights(self) -> int:
-        """Pull the newest weights if the store has moved on; called at episode boundaries."""
-        found = pull_if_newer(self.weight_store, self.policy.version)
-        if found is not None:
-            version, state = found
-            self.policy.load_state_dict(state, version)
-        return self.policy.version
+    def sync_weights(self, wait_s: float = 600.0) -> int:
+        """Pull the newest weights if the store has moved on; called at episode boundaries.
+        Before the first publication it waits: a runner never acts with weights of its own."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            found = pull_if_newer(self.weight_store, self.policy.version)
+            if found is not None:
+                version, state = found
+                self.policy.load_state_dict(state, version)
+            if self.policy.version >= 0:
+                return self.policy.version
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no weights were published within {wait_s}s")
+            time.sleep(0.2)
 
     def run_episode(self, task: Task, explore: bool = True) -> Trajectory:
         self.sync_weights()
@@ -68,6 +81,7 @@ class EnvRunner:
             task.instruction = task.instruction or obs.task
             reset_s = time.perf_counter() - t0
             history: list[str] = []
+            self.episode_steps = 0
             for _ in range(self.cfg.env.max_steps):
                 obs.extras["previous_actions"] = list(history)
                 t0 = time.perf_counter()
@@ -90,6 +104,7 @@ class EnvRunner:
                     )
                 )
                 history.append(sample.text)
+                self.episode_steps = len(steps)
                 obs = result.observation
                 if result.done:
                     return Trajectory(task, steps, info.get("outcome", "failure"), env_id, self.runner_id)
@@ -99,12 +114,25 @@ class EnvRunner:
             return Trajectory(task, steps, "env_error", env_id, self.runner_id, error=str(e))
 
     def pids(self) -> dict:
-        return self.env.pids() if self.env is not None else {}
+        """Process ids of this runner's browser (or device bridge), for health checks."""
+        env = self.env
+        return env.pids() if env is not None else {}
 
-    def ping(self) -> str:
-        return self.runner_id
+    def status(self) -> dict:
+        return {
+            "runner_id": self.runner_id,
+            "pid": os.getpid(),
+            "policy_version": self.policy.version,
+            "episode_steps": self.episode_steps,
+            "envs_created": self.envs_created,
+        }
+
+    def score(self, observation, action_text: str) -> float:
+        """Log-probability of an action under this replica's current weights."""
+        return float(self.policy.log_probs([observation], [action_text]).item())
 
     def close(self) -> None:
+        self.closed = True
         self._drop_env()
 
 

@@ -3,6 +3,7 @@
 Unlike the original, a quantile cutoff of zero never turns into cloning everything: only
 trajectories with a positive reward are ever kept.
 """
+
 from __future__ import annotations
 
 import random

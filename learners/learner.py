@@ -1,13 +1,13 @@
 """The learner actor: owns the trained policy and the algorithm, reads from the replay buffer,
 publishes versioned weights. Checkpoint state travels as bytes, so the driver can write it
 wherever the run folder is, whichever node the learner runs on."""
+
 from __future__ import annotations
 
 import io
 import tempfile
 import time
 from pathlib import Path
-from typing import Optional
 
 import ray
 import torch
@@ -44,10 +44,12 @@ class Learner:
         ray.get(self.weight_store.publish.remote(self.version, self.policy.state_dict()), timeout=120)
         return self.version
 
-    def update(self, min_version: Optional[int] = None) -> dict:
+    def update(self, min_version: int | None = None) -> dict:
         """One learner iteration: sample, train, publish the next version."""
         t0 = time.perf_counter()
-        trajectories = ray.get(self.buffer.sample.remote(self.cfg.learner.sample_trajectories, min_version), timeout=300)
+        trajectories = ray.get(
+            self.buffer.sample.remote(self.cfg.learner.sample_trajectories, min_version), timeout=300
+        )
         t1 = time.perf_counter()
         metrics = self.algorithm.update(trajectories)
         t2 = time.perf_counter()
@@ -87,8 +89,9 @@ class Learner:
                 if name.startswith("policy/"):
                     (Path(tmp) / "policy").mkdir(exist_ok=True)
                     (Path(tmp) / name).write_bytes(data)
-            from rlsys.policies import build_policy
             from dataclasses import replace
+
+            from rlsys.policies import build_policy
 
             loaded = build_policy(replace(self.cfg.policy, path=str(Path(tmp) / "policy")), device=self.device)
         self.policy.load_state_dict(loaded.state_dict())

@@ -3,13 +3,14 @@
 A folder named by its iteration number is therefore always complete; `latest()` ignores
 anything else, such as the leftovers of a crash in the middle of writing one.
 """
+
 from __future__ import annotations
 
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
 
 
 def checkpoint_root(run_dir: Path) -> Path:
@@ -23,7 +24,7 @@ def complete_checkpoints(run_dir: Path) -> list[Path]:
     return sorted((p for p in root.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name))
 
 
-def latest(run_dir: Path) -> Optional[Path]:
+def latest(run_dir: Path) -> Path | None:
     found = complete_checkpoints(run_dir)
     return found[-1] if found else None
 

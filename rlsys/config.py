@@ -3,6 +3,7 @@
 Everything is checked before any process starts: an unknown key names itself and the closest
 valid key, a wrong type names the key path and the type expected.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -13,7 +14,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal, Union
 
 import yaml
 
@@ -28,7 +29,7 @@ class ConfigError(ValueError):
 @dataclass
 class RunConfig:
     name: str = "run"
-    output_dir: Optional[str] = None  # default: runs/<name>
+    output_dir: str | None = None  # default: runs/<name>
     seed: int = 0
     mode: Literal["sync", "async"] = "sync"
     iterations: int = 10
@@ -38,14 +39,14 @@ class RunConfig:
     eval_at_start: bool = True
     checkpoint_every: int = 1
     keep_checkpoints: int = 3
-    max_policy_lag: Optional[int] = None  # async: trajectories older than this many versions are dropped
+    max_policy_lag: int | None = None  # async: trajectories older than this many versions are dropped
     episode_timeout_s: float = 120.0
 
 
 @dataclass
 class RayConfig:
-    address: Optional[str] = None  # None: start a local instance
-    num_cpus: Optional[int] = None
+    address: str | None = None  # None: start a local instance
+    num_cpus: int | None = None
     dashboard: bool = True
     dashboard_host: str = "127.0.0.1"
     dashboard_port: int = 8265
@@ -76,14 +77,14 @@ class EnvConfig:
 class TasksConfig:
     suite: Literal["miniwob"] = "miniwob"
     train: list[str] = field(default_factory=lambda: ["click-test-2"])
-    eval: Optional[list[str]] = None  # default: the training tasks
+    eval: list[str] | None = None  # default: the training tasks
     sampling: Literal["random", "sequential"] = "random"
 
 
 @dataclass
 class PolicyConfig:
     kind: Literal["tiny_t5"] = "tiny_t5"
-    path: Optional[str] = None  # a save_pretrained folder to start from; None: a fresh model
+    path: str | None = None  # a save_pretrained folder to start from; None: a fresh model
     d_model: int = 64
     d_ff: int = 128
     num_layers: int = 2
@@ -118,7 +119,7 @@ class MetricsConfig:
     wandb: bool = False
     wandb_project: str = "rlsys"
     wandb_mode: Literal["offline", "online", "disabled"] = "offline"
-    wandb_api_key: Optional[str] = None  # use ${env:WANDB_API_KEY}; never a literal key
+    wandb_api_key: str | None = None  # use ${env:WANDB_API_KEY}; never a literal key
     progress: bool = True
 
 
@@ -142,7 +143,14 @@ class Config:
 # ---------------------------------------------------------------------------------- loading
 
 _ENV_REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}")
-_SECRET_NAME = re.compile(r"(key|token|secret|password|credential)", re.I)
+_SECRET_WORDS = {"key", "token", "secret", "password", "passwd", "credential", "credentials"}
+
+
+def is_secret_name(name: str) -> bool:
+    """`api_key`, `aws_secret_access_key`, `token`: yes. `max_new_tokens`, `keyboard`: no."""
+    return bool(_SECRET_WORDS & set(str(name).lower().split("_")))
+
+
 REDACTED = "***redacted***"
 
 
@@ -210,11 +218,20 @@ def build(cls: type, data: Any, prefix: str = "") -> Any:
     for key, value in data.items():
         path = f"{prefix}.{key}" if prefix else str(key)
         if key not in names:
-            close = difflib.get_close_matches(str(key), names, n=1)
-            hint = f"; did you mean {(prefix + '.' if prefix else '') + close[0]!r}?" if close else ""
+            close = closest(str(key), names)
+            hint = f"; did you mean {(prefix + '.' if prefix else '') + close!r}?" if close else ""
             raise ConfigError(f"unknown config key {path!r}{hint} (valid: {', '.join(names)})")
         kwargs[key] = _coerce(hints[key], value, path)
     return cls(**kwargs)
+
+
+def closest(key: str, names: list[str]) -> str | None:
+    """The valid name a mistyped key most likely meant: a near spelling, else a shared stem."""
+    close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
+    if close:
+        return close[0]
+    stems = [n for n in names if key.startswith(n) or n.startswith(key) or n in key or key in n]
+    return max(stems, key=len) if stems else None
 
 
 def _type_name(tp: Any) -> str:
@@ -291,7 +308,7 @@ def redacted_dict(raw: dict, _path: str = "") -> dict:
             out[k] = redacted_dict(v, f"{_path}{k}.")
         elif isinstance(v, str) and _ENV_REF.search(v):
             out[k] = v
-        elif v is not None and _SECRET_NAME.search(str(k)):
+        elif v is not None and is_secret_name(k):
             out[k] = REDACTED
         else:
             out[k] = v

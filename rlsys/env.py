@@ -1,4 +1,5 @@
 """The Env contract (DESIGN.md §3) and the errors an env may raise."""
+
 from __future__ import annotations
 
 from typing import Protocol

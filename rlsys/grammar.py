@@ -4,6 +4,7 @@ An env describes the actions valid in the current observation as a set of comple
 (`click [3]`) and of prefixes followed by free text (`type [2] `). A policy that decodes under
 the grammar can only emit parseable actions, so RL can start from an untrained model.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -39,7 +40,9 @@ class Grammar:
 
     def accepts(self, text: str) -> bool:
         return text in self.choices or any(
-            text.startswith(h) and 0 < len(text[len(h) :].strip()) and len(text) - len(h) <= self.max_text
+            text.startswith(h)
+            and 0 < len(text[len(h) :].strip())
+            and len(text) - len(h) <= self.max_text
             and set(text[len(h) :]) <= PRINTABLE
             for h in self.text_prefixes
         )
@@ -48,5 +51,5 @@ class Grammar:
         return {"choices": list(self.choices), "text_prefixes": list(self.text_prefixes), "max_text": self.max_text}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Grammar":
+    def from_dict(cls, d: dict) -> Grammar:
         return cls(tuple(d["choices"]), tuple(d["text_prefixes"]), d.get("max_text", 32))

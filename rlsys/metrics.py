@@ -1,11 +1,11 @@
 """Run metrics: one JSON object per iteration in metrics.jsonl, optional wandb, a progress bar."""
+
 from __future__ import annotations
 
 import json
 import math
 import os
 from pathlib import Path
-from typing import Optional
 
 from tqdm import tqdm
 
@@ -40,7 +40,11 @@ class MetricsLogger:
             self._wandb.log({k: v for k, v in clean.items() if isinstance(v, (int, float))}, step=record["iteration"])
         if advance:
             self._bar.update(1)
-        shown = {k.split("/")[-1]: v for k, v in clean.items() if k in ("train/success_rate", "eval/success_rate", "learner/loss")}
+        shown = {
+            k.split("/")[-1]: v
+            for k, v in clean.items()
+            if k in ("train/success_rate", "eval/success_rate", "learner/loss")
+        }
         self._bar.set_postfix({k: round(v, 3) for k, v in shown.items() if v is not None})
 
     def write(self, text: str) -> None:
@@ -53,16 +57,30 @@ class MetricsLogger:
             self._wandb.finish()
 
 
+def summarize_eval(results: list, task_names: list[str]) -> dict:
+    """Success rates over evaluation trajectories; env errors are counted, not scored."""
+    judged = [t for t in results if t.outcome != "env_error"]
+    rate = lambda ts: sum(t.outcome == "success" for t in ts) / len(ts) if ts else None
+    out = {
+        "eval/success_rate": rate(judged),
+        "eval/episodes": len(results),
+        "eval/env_errors": len(results) - len(judged),
+    }
+    for name in task_names:
+        out[f"eval/success_rate/{name}"] = rate([t for t in judged if t.task.start == name])
+    return out
+
+
 def read_metrics(run_dir: Path) -> list[dict]:
     path = Path(run_dir) / "metrics.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
-def eval_table(records: list[dict]) -> Optional[str]:
+def eval_table(records: list[dict]) -> str | None:
     rows = [r for r in records if r.get("eval/success_rate") is not None]
     if not rows:
         return None
-    tasks = sorted({k[len("eval/success_rate/"):] for r in rows for k in r if k.startswith("eval/success_rate/")})
+    tasks = sorted({k[len("eval/success_rate/") :] for r in rows for k in r if k.startswith("eval/success_rate/")})
     header = ["iteration", "policy_version", "eval success"] + tasks
     lines = [header] + [
         [str(r["iteration"]), str(r.get("policy_version", "")), f"{100 * r['eval/success_rate']:.1f}%"]
@@ -70,7 +88,7 @@ def eval_table(records: list[dict]) -> Optional[str]:
         for r in rows
     ]
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    fmt = lambda line: "  ".join(cell.rjust(w) for cell, w in zip(line, widths))  # noqa: E731
+    fmt = lambda line: "  ".join(cell.rjust(w) for cell, w in zip(line, widths))
     out = [fmt(lines[0]), fmt(["-" * w for w in widths])] + [fmt(line) for line in lines[1:]]
     first, last = rows[0]["eval/success_rate"], rows[-1]["eval/success_rate"]
     out.append(f"eval success {100 * first:.1f}% -> {100 * last:.1f}% ({100 * (last - first):+.1f} points)")

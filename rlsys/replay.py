@@ -4,12 +4,12 @@ Run as a Ray actor (actors.replay.ReplayBufferActor), it holds every trajectory 
 memory: the data it was sent is deserialised into the actor, so nothing it stores depends
 on the runner that produced it staying alive (DESIGN.md §4).
 """
+
 from __future__ import annotations
 
 import random
 from collections import OrderedDict
 from pathlib import Path
-from typing import Optional
 
 from rlsys import storage
 from rlsys.types import Trajectory
@@ -21,7 +21,7 @@ class ReplayBuffer:
             raise ValueError("replay capacity and max_bytes must be positive")
         self.capacity = capacity
         self.max_bytes = max_bytes
-        self._items: "OrderedDict[str, Trajectory]" = OrderedDict()
+        self._items: OrderedDict[str, Trajectory] = OrderedDict()
         self._sizes: dict[str, int] = {}
         self._bytes = 0
         self._rng = random.Random(seed)
@@ -67,7 +67,7 @@ class ReplayBuffer:
         self.dropped_stale += len(stale)
         return len(stale)
 
-    def sample(self, n: int, min_version: Optional[int] = None) -> list[Trajectory]:
+    def sample(self, n: int, min_version: int | None = None) -> list[Trajectory]:
         """Up to `n` distinct trajectories drawn uniformly (all of them when fewer are stored)."""
         if min_version is not None:
             self.drop_older_than(min_version)

@@ -3,12 +3,13 @@
 Any Parquet reader opens them (`pandas.read_parquet(folder)`, `ray.data.read_parquet(folder)`).
 A shard is written to a temporary name and renamed, so a crash never leaves half of one.
 """
+
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import pyarrow as pa
 import pyarrow.parquet as pq

@@ -1,4 +1,5 @@
 """Task sources: which task an env runner plays next."""
+
 from __future__ import annotations
 
 import random

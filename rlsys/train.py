@@ -1,10 +1,10 @@
 """python -m rlsys.train --config FILE [key=value ...] [--resume RUN_DIR]"""
+
 from __future__ import annotations
 
 import argparse
 import os
 import sys
-from pathlib import Path
 
 from rlsys.config import ConfigError, load_config, save_config, unresolved_dict
 
@@ -38,16 +38,14 @@ def main(argv=None) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     save_config(raw, cfg, run_dir / "config.yaml")
 
-    from rlsys.trainer import Trainer, init_ray
     import ray
 
-    init_ray(cfg)
-    ctx = ray.get_runtime_context()
-    dashboard = getattr(ray._private.worker.global_worker.node, "webui_url", None) if cfg.ray.dashboard else None
+    from rlsys.trainer import Trainer, init_ray
+
+    started_ray, dashboard = init_ray(cfg)
     print(f"run folder: {run_dir}", flush=True)
     if dashboard:
         print(f"Ray dashboard: http://{dashboard}", flush=True)
-    del ctx
     trainer = Trainer(cfg, run_dir, resume=bool(args.resume))
     try:
         trainer.run()
@@ -56,7 +54,8 @@ def main(argv=None) -> int:
             print("\n" + table, flush=True)
     finally:
         trainer.shutdown()
-        ray.shutdown()
+        if started_ray:
+            ray.shutdown()
     return 0
 
 

@@ -4,21 +4,23 @@
 `async`: runners never stop; the learner updates whenever `rollout_size` new trainable
 trajectories arrived since its last update, dropping data older than `max_policy_lag` versions.
 """
+
 from __future__ import annotations
 
+import json
 import logging
+import os
 import random
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 import ray
 
 from rlsys import checkpoint
 from rlsys.config import Config
-from rlsys.metrics import MetricsLogger, eval_table, read_metrics
+from rlsys.metrics import MetricsLogger, eval_table, read_metrics, summarize_eval
 from rlsys.storage import ShardWriter
 from rlsys.tasks import TaskSource, eval_tasks
 from rlsys.types import Trajectory
@@ -26,13 +28,21 @@ from rlsys.types import Trajectory
 log = logging.getLogger(__name__)
 
 
-def init_ray(cfg: Config) -> None:
+# The raylet then kills every process a crashed worker left behind (browsers, emulators):
+# without it, a runner killed with SIGKILL orphans its Chromium.
+SUBREAPER = "RAY_kill_child_processes_on_worker_exit_with_raylet_subreaper"
+
+
+def init_ray(cfg: Config) -> tuple[bool, str | None]:
+    """Connect to (or start) Ray. Returns whether this call started the connection (False when
+    the process was already connected), and the dashboard address when there is one."""
     if ray.is_initialized():
-        return
+        return False, None
+    os.environ.setdefault(SUBREAPER, "true")
     if cfg.ray.address:
-        ray.init(address=cfg.ray.address, log_to_driver=False)
+        ctx = ray.init(address=cfg.ray.address, log_to_driver=False)
     else:
-        ray.init(
+        ctx = ray.init(
             address="local",
             num_cpus=cfg.ray.num_cpus,
             resources={cfg.runners.resource: cfg.runners.num},
@@ -41,6 +51,7 @@ def init_ray(cfg: Config) -> None:
             dashboard_port=cfg.ray.dashboard_port,
             log_to_driver=False,
         )
+    return True, ctx.dashboard_url or None
 
 
 class Trainer:
@@ -67,18 +78,19 @@ class Trainer:
         self.learner = RemoteLearner.options(
             name="learner", num_cpus=cfg.learner.num_cpus if not learner_gpus else 1, num_gpus=learner_gpus
         ).remote(cfg, self.buffer, self.weight_store)
+        # runners start (browser, model imports) while the learner builds and publishes weights
+        self.pool = RunnerPool(cfg, self.weight_store, seed=cfg.run.seed)
         if resume:
             self._restore()
-        ray.get(self.learner.publish.remote(), timeout=300)
+        ray.get(self.learner.publish.remote(), timeout=600)
         self.version = ray.get(self.weight_store.get_version.remote())
-        self.pool = RunnerPool(cfg, self.weight_store, seed=cfg.run.seed + 7919 * self.iteration)
         self._iteration_trajs: list[Trajectory] = []
-        self._pending_update: Optional[ray.ObjectRef] = None
+        self._pending_update: ray.ObjectRef | None = None
         self._new_since_update = 0
 
     # ------------------------------------------------------------------ collection
 
-    def _handle(self, finished: list[tuple[Trajectory, bool]], eval_sink: Optional[list]) -> None:
+    def _handle(self, finished: list[tuple[Trajectory, bool]], eval_sink: list | None) -> None:
         train = [t for t, explore in finished if explore]
         evals = [t for t, explore in finished if not explore]
         if eval_sink is not None:
@@ -89,7 +101,6 @@ class Trainer:
         fresh = [t for t in train if min_version is None or not t.trainable or t.policy_version >= min_version]
         self.counters["dropped_stale"] += len(train) - len(fresh)
         self.buffer.add.remote(fresh)  # actor calls from one caller run in order
-        self.writer.write(train)
         self._iteration_trajs += train
         self.counters["trajectories"] += len(train)
         self.counters["env_steps"] += sum(len(t.steps) for t in train)
@@ -97,11 +108,11 @@ class Trainer:
             self.counters[f"outcome/{t.outcome}"] += 1
         self._new_since_update += sum(t.trainable for t in fresh)
 
-    def _min_version(self) -> Optional[int]:
+    def _min_version(self) -> int | None:
         lag = self.cfg.run.max_policy_lag
         return None if lag is None else self.version - lag
 
-    def _fill_runners(self, explore: bool, queue: Optional[list] = None, budget: Optional[int] = None) -> int:
+    def _fill_runners(self, explore: bool, queue: list | None = None, budget: int | None = None) -> int:
         submitted = 0
         while self.pool.num_idle and (budget is None or submitted < budget):
             if queue is not None:
@@ -133,17 +144,11 @@ class Trainer:
             self._handle(self.pool.wait(1.0), results)
             self._poll_async_update()
         self.eval_writer.write(results)
-        judged = [t for t in results if t.outcome != "env_error"]
-        out = {"eval/success_rate": float(np.mean([t.outcome == "success" for t in judged])) if judged else None}
-        out["eval/env_errors"] = len(results) - len(judged)
-        for name in names:
-            mine = [t.outcome == "success" for t in judged if t.task.start == name]
-            out[f"eval/success_rate/{name}"] = float(np.mean(mine)) if mine else None
-        return out
+        return summarize_eval(results, names)
 
     # ------------------------------------------------------------------ learning
 
-    def _poll_async_update(self) -> Optional[dict]:
+    def _poll_async_update(self) -> dict | None:
         if self._pending_update is None:
             return None
         ready, _ = ray.wait([self._pending_update], timeout=0)
@@ -156,6 +161,7 @@ class Trainer:
 
     def _iteration_record(self, learner_metrics: dict, started: float) -> dict:
         trajs, self._iteration_trajs = self._iteration_trajs, []
+        self.writer.write(trajs)
         trainable = [t for t in trajs if t.trainable]
         record = {
             "iteration": self.iteration,
@@ -166,7 +172,9 @@ class Trainer:
             "train/trajectories": len(trajs),
             "train/env_errors": sum(t.outcome == "env_error" for t in trajs),
             "train/mean_steps": float(np.mean([len(t.steps) for t in trainable])) if trainable else None,
-            "train/policy_lag": float(np.mean([self.version - 1 - t.policy_version for t in trainable])) if trainable else None,
+            "train/policy_lag": float(np.mean([self.version - 1 - t.policy_version for t in trainable]))
+            if trainable
+            else None,
             "runners/restarts": self.pool.restarts,
             "dropped_stale": self.counters["dropped_stale"],
             "time/iteration_s": time.perf_counter() - started,
@@ -206,7 +214,7 @@ class Trainer:
             logger.close()
         return read_metrics(self.run_dir)
 
-    def _async_step(self) -> Optional[dict]:
+    def _async_step(self) -> dict | None:
         self._fill_runners(explore=True)
         self._handle(self.pool.wait(0.5), None)
         if self._pending_update is None and self._new_since_update >= self.cfg.run.rollout_size:
@@ -256,12 +264,12 @@ class Trainer:
     def _truncate_metrics(self, iteration: int) -> None:
         """Drop metric lines written after the checkpoint we resume from; they will be redone."""
         records = [r for r in read_metrics(self.run_dir) if r["iteration"] <= iteration]
-        import json
-
         (self.run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
 
     def shutdown(self) -> None:
         self.pool.shutdown()
+        for actor in (self.learner, self.buffer, self.weight_store):
+            ray.kill(actor, no_restart=True)
 
-    def final_table(self) -> Optional[str]:
+    def final_table(self) -> str | None:
         return eval_table(read_metrics(self.run_dir))

@@ -1,10 +1,10 @@
 """The data model shared by every part of rlsys (DESIGN.md §3)."""
+
 from __future__ import annotations
 
 import io
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Optional
 
 import numpy as np
 
@@ -19,7 +19,7 @@ class Task:
     suite: str
     split: str = "train"
     start: str = ""
-    checks: Optional[dict] = None
+    checks: dict | None = None
     meta: dict = field(default_factory=dict)
 
 
@@ -56,7 +56,7 @@ class StepResult:
 @dataclass
 class ActionSample:
     text: str
-    logprob: Optional[float]
+    logprob: float | None
     version: int
 
 
@@ -64,13 +64,13 @@ class ActionSample:
 class Step:
     observation: Observation
     action_text: str
-    action: Optional[dict]
+    action: dict | None
     reward: float
     done: bool
     policy_version: int
-    logprob: Optional[float]
+    logprob: float | None
     timings: dict = field(default_factory=dict)
-    error: Optional[str] = None
+    error: str | None = None
 
 
 @dataclass
@@ -80,7 +80,7 @@ class Trajectory:
     outcome: str
     env_id: str = ""
     runner_id: str = ""
-    error: Optional[str] = None
+    error: str | None = None
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     def __post_init__(self) -> None:

@@ -4,9 +4,8 @@ The store puts each published state dict into the Ray object store itself, so it
 object; runners fetch it by reference (shared memory on the same node, one transfer per node
 otherwise) and only when their version is older.
 """
-from __future__ import annotations
 
-from typing import Optional
+from __future__ import annotations
 
 import ray
 
@@ -14,7 +13,7 @@ import ray
 class WeightStore:
     def __init__(self) -> None:
         self.version = -1
-        self._ref: Optional[ray.ObjectRef] = None
+        self._ref: ray.ObjectRef | None = None
 
     def publish(self, version: int, state_dict: dict) -> int:
         if version <= self.version:
@@ -26,14 +25,14 @@ class WeightStore:
     def get_version(self) -> int:
         return self.version
 
-    def get_if_newer(self, version: int) -> Optional[tuple[int, list]]:
+    def get_if_newer(self, version: int) -> tuple[int, list] | None:
         """(version, [ref]) when newer weights exist; the ref is wrapped so Ray does not inline it."""
         if self.version > version and self._ref is not None:
             return self.version, [self._ref]
         return None
 
 
-def pull_if_newer(store, current_version: int, timeout_s: float = 60.0) -> Optional[tuple[int, dict]]:
+def pull_if_newer(store, current_version: int, timeout_s: float = 60.0) -> tuple[int, dict] | None:
     """Fetch weights from a WeightStore actor when its version is newer than `current_version`."""
     found = ray.get(store.get_if_newer.remote(current_version), timeout=timeout_s)
     if found is None:

@@ -1,13 +1,13 @@
 """The element action space: `click [N]` and `type [N] text`, on numbered page elements."""
+
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Optional
 
 from rlsys.grammar import Grammar
 
-_ACTION = re.compile(r"^\s*(click|type)\s*\[\s*(\d+)\s*\]\s*(.*?)\s*$", re.I | re.S)
+_ACTION = re.compile(r"^\s*(click|type)\s*\[\s*(\d+)\s*\]\s*(.*?)\s*$", re.IGNORECASE | re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ def grammar(elements: list[dict], max_text: int = 32) -> Grammar:
     return Grammar(clickable, typeable, max_text)
 
 
-def try_parse(text: str, num_elements: int) -> tuple[Optional[ElementAction], Optional[str]]:
+def try_parse(text: str, num_elements: int) -> tuple[ElementAction | None, str | None]:
     try:
         return parse(text, num_elements), None
     except ParseError as e:

@@ -1,4 +1,5 @@
 """Headless Chromium through Selenium, with the driver path always given explicitly."""
+
 from __future__ import annotations
 
 import os

@@ -2,6 +2,7 @@
 
 The page computes the reward itself (`WOB_RAW_REWARD_GLOBAL`); the env reads it after each action.
 """
+
 from __future__ import annotations
 
 import time
@@ -48,6 +49,13 @@ def available_tasks() -> list[str]:
     return sorted(p.stem for p in html_dir().glob("*.html"))
 
 
+_OBSERVE_SCRIPT = """
+const elements = (function() { %s }).apply(null, arguments);
+return {elements: elements, utterance: core.getUtterance(),
+        state: [WOB_DONE_GLOBAL, WOB_RAW_REWARD_GLOBAL, WOB_REWARD_REASON]};
+"""
+
+
 @cache
 def _elements_script() -> str:
     return (Path(__file__).parent / "elements.js").read_text()
@@ -81,18 +89,19 @@ class MiniWoBEnv:
             seed = task.meta.get("seed")
             if seed is not None:
                 self.driver.execute_script(f"Math.seedrandom({int(seed)});")
-            self.driver.execute_script(
-                "core.EPISODE_MAX_TIME = arguments[0]; core.startEpisodeReal();",
+            ready = self.driver.execute_script(
+                "core.EPISODE_MAX_TIME = arguments[0]; core.startEpisodeReal(); return WOB_TASK_READY;",
                 int(self.cfg.episode_time_limit_s * 1000),
             )
             deadline = time.monotonic() + self.cfg.step_timeout_s
-            while not self.driver.execute_script("return WOB_TASK_READY;"):
+            while not ready:
                 if time.monotonic() > deadline:
                     raise EnvBrokenError(f"{task.id}: page never became ready")
                 time.sleep(0.02)
-            self._utterance = self.driver.execute_script("return core.getUtterance();")
+                ready = self.driver.execute_script("return WOB_TASK_READY;")
+            self._utterance = None  # read with the first observation
             self._steps = 0
-            return self._observe()
+            return self._observe()[0]
         except _BROKEN as e:
             raise EnvBrokenError(f"browser failed during reset: {type(e).__name__}: {e}") from None
 
@@ -103,10 +112,7 @@ class MiniWoBEnv:
         try:
             if action is not None:
                 info["action_error"] = self._perform(action)
-            done, raw_reward, reason = self.driver.execute_script(
-                "return [WOB_DONE_GLOBAL, WOB_RAW_REWARD_GLOBAL, WOB_REWARD_REASON];"
-            )
-            obs = self._observe()
+            obs, (done, raw_reward, reason) = self._observe()
         except _BROKEN as e:
             raise EnvBrokenError(f"browser failed during step: {type(e).__name__}: {e}") from None
         success = bool(done) and raw_reward > 0
@@ -121,7 +127,8 @@ class MiniWoBEnv:
         element = self.driver.execute_script("return window.__rlsysElements[arguments[0]];", action.element)
         try:
             if action.kind == "click":
-                ActionChains(self.driver).move_to_element(element).click().perform()
+                # duration=0: Selenium otherwise animates every pointer move over 250 ms
+                ActionChains(self.driver, duration=0).move_to_element(element).click().perform()
             else:
                 element.clear()
                 element.send_keys(action.text)
@@ -129,18 +136,24 @@ class MiniWoBEnv:
             return f"{type(e).__name__}: {e.msg}"
         return None
 
-    def _observe(self) -> Observation:
-        self._elements = self.driver.execute_script(_elements_script(), "body", list(_CHROME))[: self.cfg.max_elements]
+    def _observe(self) -> tuple[Observation, list]:
+        """The observation and the page's episode state [done, raw reward, reason], in one script call."""
+        page = self.driver.execute_script(_OBSERVE_SCRIPT % _elements_script(), "body", list(_CHROME))
+        self._elements = page["elements"][: self.cfg.max_elements]
+        if self._utterance is None:
+            self._utterance = page["utterance"]
         ui_text = "\n".join(
-            f"[{i}] {e['tag']}{(' ' + e['type']) if e['type'] else ''} \"{e['text']}\"" for i, e in enumerate(self._elements)
+            f'[{i}] {e["tag"]}{(" " + e["type"]) if e["type"] else ""} "{e["text"]}"'
+            for i, e in enumerate(self._elements)
         )
-        return Observation(
+        obs = Observation(
             screenshot_png=self.driver.get_screenshot_as_png(),
             ui_text=ui_text,
             location=self._url or "",
             task=self._utterance,
             extras={"grammar": actions.grammar(self._elements).to_dict(), "elements": self._elements},
         )
+        return obs, page["state"]
 
     def close(self) -> None:
         self.browser.close()

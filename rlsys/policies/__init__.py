@@ -1,4 +1,5 @@
 """Policies behind the Policy contract (DESIGN.md §3)."""
+
 from rlsys.config import PolicyConfig
 
 

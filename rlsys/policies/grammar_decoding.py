@@ -1,4 +1,5 @@
 """A transformers LogitsProcessor that keeps generation inside each sample's action grammar."""
+
 from __future__ import annotations
 
 import torch

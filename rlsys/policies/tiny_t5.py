@@ -3,10 +3,11 @@
 It reads the task, the previous actions and the numbered element list, and writes the action
 text. Built from a config when no checkpoint is given; saved and loaded in Hugging Face layout.
 """
+
 from __future__ import annotations
 
 import os
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import torch
 from transformers import ByT5Tokenizer, LogitsProcessorList, T5Config, T5ForConditionalGeneration
@@ -26,7 +27,9 @@ def prompt_text(obs: Observation) -> str:
 
 
 class TinyT5Policy:
-    def __init__(self, model: T5ForConditionalGeneration, tokenizer: ByT5Tokenizer, cfg: PolicyConfig, device: str = "cpu"):
+    def __init__(
+        self, model: T5ForConditionalGeneration, tokenizer: ByT5Tokenizer, cfg: PolicyConfig, device: str = "cpu"
+    ):
         self.model = model.to(device)
         self.tokenizer = tokenizer
         self.tokenizer.truncation_side = "right"  # the task comes first; drop trailing elements
@@ -35,7 +38,7 @@ class TinyT5Policy:
         self.version = 0
 
     @classmethod
-    def create(cls, cfg: PolicyConfig, seed: int = 0, device: str = "cpu") -> "TinyT5Policy":
+    def create(cls, cfg: PolicyConfig, seed: int = 0, device: str = "cpu") -> TinyT5Policy:
         if cfg.path:
             return cls.from_pretrained(cfg.path, cfg, device)
         torch.manual_seed(seed)
@@ -56,7 +59,7 @@ class TinyT5Policy:
         return cls(T5ForConditionalGeneration(model_cfg), tokenizer, cfg, device)
 
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike, cfg: PolicyConfig, device: str = "cpu") -> "TinyT5Policy":
+    def from_pretrained(cls, path: str | os.PathLike, cfg: PolicyConfig, device: str = "cpu") -> TinyT5Policy:
         model = T5ForConditionalGeneration.from_pretrained(path)
         tokenizer = ByT5Tokenizer.from_pretrained(path)
         return cls(model, tokenizer, cfg, device)
@@ -109,7 +112,9 @@ class TinyT5Policy:
         labels[labels == self.tokenizer.pad_token_id] = -100
         return labels.to(self.device)
 
-    def token_logprobs(self, observations: Sequence[Observation], actions: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    def token_logprobs(
+        self, observations: Sequence[Observation], actions: Sequence[str]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-token log-probs of `actions` by teacher forcing, and the mask of real tokens."""
         labels = self._labels(actions)
         logits = self.model(**self._encode([prompt_text(o) for o in observations]), labels=labels).logits
@@ -130,7 +135,7 @@ class TinyT5Policy:
     def state_dict(self) -> dict:
         return {k: v.detach().to("cpu") for k, v in self.model.state_dict().items()}
 
-    def load_state_dict(self, state: dict, version: Optional[int] = None) -> None:
+    def load_state_dict(self, state: dict, version: int | None = None) -> None:
         self.model.load_state_dict(state)
         if version is not None:
             self.version = version

@@ -1,0 +1,76 @@
+"""python -m rlsys.eval --config FILE --checkpoint DIR [key=value ...]
+
+Plays the evaluation tasks greedily with the policy saved in a checkpoint and prints the
+success rate per task. Results go to DIR/eval.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from rlsys.config import ConfigError, load_config
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m rlsys.eval", description=__doc__)
+    p.add_argument("--config", required=True)
+    p.add_argument("--checkpoint", required=True, help="a checkpoint folder (holding policy/) or a policy folder")
+    p.add_argument("overrides", nargs="*")
+    args = p.parse_args(argv)
+    try:
+        cfg = load_config(args.config, args.overrides)
+    except ConfigError as e:
+        print(f"config error: {e}", file=sys.stderr)
+        return 2
+    ckpt = Path(args.checkpoint)
+    policy_dir = ckpt / "policy" if (ckpt / "policy").is_dir() else ckpt
+    if not (policy_dir / "config.json").is_file():
+        print(f"no policy found in {ckpt} (expected {ckpt}/policy/config.json)", file=sys.stderr)
+        return 2
+    cfg.policy = replace(cfg.policy, path=str(policy_dir))
+
+    import ray
+
+    from actors.pool import RunnerPool
+    from rlsys.metrics import summarize_eval
+    from rlsys.policies import build_policy
+    from rlsys.tasks import eval_tasks
+    from rlsys.trainer import init_ray
+    from rlsys.weights import WeightStore
+
+    started_ray, _ = init_ray(cfg)
+    store = ray.remote(WeightStore).options(num_cpus=0).remote()
+    ray.get(store.publish.remote(0, build_policy(cfg.policy).state_dict()))
+    pool = RunnerPool(cfg, store, seed=cfg.run.seed)
+    names = cfg.tasks.eval or cfg.tasks.train
+    queue = eval_tasks(names, cfg.run.eval_episodes)
+    results = []
+    try:
+        while len(results) < cfg.run.eval_episodes:
+            while pool.num_idle and queue:
+                pool.submit(queue.pop(0), explore=False)
+            results += [t for t, _ in pool.wait(1.0)]
+    finally:
+        pool.shutdown()
+        if started_ray:
+            ray.shutdown()
+    summary = summarize_eval(results, names)
+    (ckpt / "eval.json").write_text(json.dumps(summary, indent=1))
+    width = max(len(n) for n in names)
+    for name in names:
+        rate = summary[f"eval/success_rate/{name}"]
+        print(f"{name.ljust(width)}  {'n/a' if rate is None else f'{100 * rate:.1f}%'}")
+    overall = summary["eval/success_rate"]
+    print(
+        f"{'overall'.ljust(width)}  {'n/a' if overall is None else f'{100 * overall:.1f}%'}"
+        f"  ({summary['eval/episodes']} episodes, {summary['eval/env_errors']} env errors)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from rlsys.config import REDACTED, ConfigError, load_config, save_config, unresolved_dict
+
+
+def write(path, data):
+    path.write_text(yaml.safe_dump(data) if not isinstance(data, str) else data)
+    return path
+
+
+def test_unknown_key_names_key_and_suggests_closest(tmp_path):
+    cfg = write(tmp_path / "c.yaml", {"learner": {"lr_rate": 0.1}})
+    with pytest.raises(ConfigError) as e:
+        load_config(cfg)
+    assert "'learner.lr_rate'" in str(e.value) and "did you mean 'learner.lr'" in str(e.value)
+
+
+def test_unknown_section(tmp_path):
+    with pytest.raises(ConfigError, match="unknown config key 'lerner'.*did you mean 'learner'"):
+        load_config(write(tmp_path / "c.yaml", {"lerner": {}}))
+
+
+def test_wrong_type_names_path_and_expected_type(tmp_path):
+    with pytest.raises(ConfigError) as e:
+        load_config(write(tmp_path / "c.yaml", {"run": {"iterations": "ten"}}))
+    assert "'run.iterations' must be int" in str(e.value) and "'ten'" in str(e.value)
+    with pytest.raises(ConfigError, match=r"'run.mode' must be one of 'sync', 'async'"):
+        load_config(write(tmp_path / "d.yaml", {"run": {"mode": "fast"}}))
+    with pytest.raises(ConfigError, match=r"'tasks.train\[1\]' must be str"):
+        load_config(write(tmp_path / "e.yaml", {"tasks": {"train": ["a", 3]}}))
+
+
+def test_missing_file_and_missing_parent(tmp_path):
+    with pytest.raises(ConfigError, match="config file not found: .*nope.yaml"):
+        load_config(tmp_path / "nope.yaml")
+    child = write(tmp_path / "child.yaml", {"extends": "base.yaml"})
+    with pytest.raises(ConfigError, match="base.yaml"):
+        load_config(child)
+
+
+def test_extends_and_dotted_overrides(tmp_path):
+    write(tmp_path / "base.yaml", {"run": {"iterations": 3, "name": "base"}, "learner": {"lr": 0.5}})
+    child = write(tmp_path / "child.yaml", {"extends": "base.yaml", "run": {"name": "child"}})
+    cfg = load_config(child, ["learner.lr=1e-5", "tasks.train=[a, b]", "run.max_policy_lag=2"])
+    assert cfg.run.iterations == 3 and cfg.run.name == "child"
+    assert cfg.learner.lr == pytest.approx(1e-5) and cfg.tasks.train == ["a", "b"]
+    assert cfg.run.max_policy_lag == 2
+    with pytest.raises(ConfigError, match="'learner.lrr'"):
+        load_config(child, ["learner.lrr=1"])
+
+
+def test_env_secrets_resolve_and_are_redacted_on_disk(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLSYS_TEST_KEY", "sk-very-secret")
+    path = write(tmp_path / "c.yaml", {"metrics": {"wandb_api_key": "${env:RLSYS_TEST_KEY}"}})
+    cfg = load_config(path)
+    assert cfg.metrics.wandb_api_key == "sk-very-secret"
+    save_config(unresolved_dict(path), cfg, tmp_path / "out.yaml")
+    text = (tmp_path / "out.yaml").read_text()
+    assert "sk-very-secret" not in text and "${env:RLSYS_TEST_KEY}" in text
+    assert yaml.safe_load(text)["learner"]["lr"] == cfg.learner.lr  # defaults are filled in
+
+    literal = write(tmp_path / "lit.yaml", {"metrics": {"wandb_api_key": "pasted-by-mistake"}})
+    save_config(unresolved_dict(literal), load_config(literal), tmp_path / "out2.yaml")
+    saved = yaml.safe_load((tmp_path / "out2.yaml").read_text())
+    assert saved["metrics"]["wandb_api_key"] == REDACTED
+
+    assert saved["policy"]["max_new_tokens"] == cfg.policy.max_new_tokens  # not a secret
+
+    monkeypatch.delenv("RLSYS_TEST_KEY")
+    with pytest.raises(ConfigError, match="RLSYS_TEST_KEY, which is not set"):
+        load_config(path)
+
+
+def test_cli_reports_config_error_before_ray_starts(tmp_path):
+    bad = write(tmp_path / "bad.yaml", {"runners": {"numm": 2}})
+    proc = subprocess.run(
+        [sys.executable, "-m", "rlsys.train", "--config", str(bad)], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 2
+    assert "config error: unknown config key 'runners.numm'; did you mean 'runners.num'" in proc.stderr
+    assert "Ray" not in proc.stdout + proc.stderr

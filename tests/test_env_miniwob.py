@@ -1,0 +1,70 @@
+import os
+import signal
+
+import pytest
+
+from envs.web.miniwob import MiniWoBEnv, available_tasks
+from rlsys.env import EnvBrokenError, EnvSetupError
+from rlsys.tasks import miniwob_task
+from tests.conftest import make_config
+
+
+@pytest.fixture
+def env(tmp_path):
+    e = MiniWoBEnv(make_config(tmp_path).env, "test-env")
+    yield e
+    e.close()
+
+
+def index_of(obs, text):
+    return next(i for i, e in enumerate(obs.extras["elements"]) if e["text"] == text)
+
+
+def test_correct_click_is_rewarded_by_the_page(env):
+    obs = env.reset(miniwob_task("click-test-2", 5, "train"))
+    assert obs.task == "Click button ONE." and obs.screenshot_png[:4] == b"\x89PNG"
+    assert obs.screenshot.ndim == 3
+    result = env.step(f"click [{index_of(obs, 'ONE')}]")
+    assert result.done and result.reward == 1.0 and result.info["outcome"] == "success"
+
+
+def test_wrong_click_fails_and_bad_text_is_a_recorded_noop(env):
+    obs = env.reset(miniwob_task("click-test-2", 6, "train"))
+    result = env.step("do something clever")
+    assert not result.done and result.info["parse_error"] and result.reward == 0
+    result = env.step(f"click [{index_of(obs, 'TWO')}]")
+    assert result.done and result.reward == 0.0 and result.info["outcome"] == "failure"
+
+
+def test_typing_and_horizon(env):
+    obs = env.reset(miniwob_task("enter-text", 1, "train"))
+    word = obs.task.split('"')[1]
+    field = next(i for i, e in enumerate(obs.extras["elements"]) if e["editable"])
+    assert f"type [{field}] " in obs.extras["grammar"]["text_prefixes"]
+    result = env.step(f"type [{field}] {word}")
+    assert not result.done and result.info["action_error"] is None
+    result = env.step(f"click [{index_of(result.observation, 'Submit')}]")
+    assert result.done and result.reward == 1.0
+
+    obs = env.reset(miniwob_task("enter-text", 2, "train"))
+    for _ in range(env.cfg.max_steps):
+        result = env.step("noop")
+    assert result.done and result.info["outcome"] == "timeout"
+
+
+def test_dead_browser_raises_env_broken(env):
+    env.reset(miniwob_task("click-test-2", 1, "train"))
+    for pid in env.pids()["chromium"] + env.pids()["chromedriver"]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    with pytest.raises(EnvBrokenError):
+        env.step("click [0]")
+
+
+def test_setup_errors_name_the_problem(tmp_path):
+    cfg = make_config(tmp_path, env__chromium="/nonexistent/chromium").env
+    with pytest.raises(EnvSetupError, match="env.chromium = '/nonexistent/chromium'"):
+        MiniWoBEnv(cfg)
+    assert "click-test-2" in available_tasks()

@@ -1,0 +1,125 @@
+"""Runners on real Ray with real Chromium: weight pulls, and failures mid-episode."""
+
+import os
+import signal
+import time
+
+import psutil
+import pytest
+import ray
+
+from actors.pool import RunnerPool
+from actors.runner import RemoteEnvRunner
+from rlsys.policies import build_policy
+from rlsys.tasks import miniwob_task
+from rlsys.weights import WeightStore
+from tests.conftest import make_config
+
+# In drag-items only a drag ends the episode, and our actions never drag: episodes run to the
+# horizon, so there is always time to kill something in the middle of one.
+ENDLESS = "drag-items"
+
+
+def weights(cfg, seed):
+    return build_policy(cfg.policy, seed=seed).state_dict()
+
+
+def wait_for(predicate, timeout=60.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def collect(pool, n, timeout=120.0):
+    out = []
+    deadline = time.monotonic() + timeout
+    while len(out) < n and time.monotonic() < deadline:
+        out += pool.wait(1.0)
+    assert len(out) >= n, f"only {len(out)} of {n} episodes finished"
+    return out
+
+
+def test_runner_pulls_newer_weights_at_episode_boundary(ray_session, tmp_path):
+    cfg = make_config(tmp_path)
+    store = ray.remote(WeightStore).remote()
+    ray.get(store.publish.remote(0, weights(cfg, 0)))
+    runner = RemoteEnvRunner.options(num_cpus=0.25, resources={"browser": 1}).remote("r0", cfg, store, 123)
+    try:
+        traj = ray.get(runner.run_episode.remote(miniwob_task("click-test-2", 1, "train")), timeout=120)
+        assert {s.policy_version for s in traj.steps} == {0}
+        assert ray.get(runner.sync_weights.remote()) == 0  # nothing newer: no pull
+
+        new = weights(cfg, 1)
+        ray.get(store.publish.remote(1, new))
+        traj = ray.get(runner.run_episode.remote(miniwob_task("click-test-2", 2, "train")), timeout=120)
+        assert {s.policy_version for s in traj.steps} == {1}
+        # the replica now computes with exactly the published weights
+        reference = build_policy(cfg.policy, seed=1)
+        step = traj.steps[0]
+        expected = reference.log_probs([step.observation], [step.action_text]).item()
+        mine = ray.get(runner.score.remote(step.observation, step.action_text))
+        assert mine == pytest.approx(expected, abs=1e-5)
+        with pytest.raises(ray.exceptions.RayTaskError, match="not newer"):
+            ray.get(store.publish.remote(1, new))
+    finally:
+        ray.get(runner.close.remote())
+        ray.kill(runner)
+
+
+@pytest.fixture
+def pool(ray_session, tmp_path):
+    cfg = make_config(tmp_path, runners__num=1, env__max_steps=100000)
+    store = ray.remote(WeightStore).remote()
+    ray.get(store.publish.remote(0, weights(cfg, 0)))
+    p = RunnerPool(cfg, store)
+    yield p
+    p.shutdown()
+
+
+def test_browser_killed_mid_episode_is_env_error_and_runner_recovers(pool):
+    pool.submit(miniwob_task(ENDLESS, 1, "train"))
+    runner = pool.runners[0]
+    browsers = wait_for(lambda: ray.get(runner.pids.remote()).get("chromium"), what="a browser")
+    wait_for(lambda: ray.get(runner.status.remote())["episode_steps"] >= 2, what="steps in the episode")
+    for pid in browsers:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    ((traj, explore),) = collect(pool, 1)
+    assert explore and traj.outcome == "env_error" and len(traj.steps) >= 2
+    assert "browser failed" in traj.error and not traj.trainable
+    assert pool.restarts == 0  # the actor lived; only its env was replaced
+
+    pool.submit(miniwob_task("click-test-2", 3, "train"))
+    ((traj, _),) = collect(pool, 1)
+    assert traj.outcome in ("success", "failure", "timeout") and traj.steps
+    assert ray.get(runner.status.remote())["envs_created"] == 2
+
+
+def test_actor_killed_mid_episode_is_env_error_and_pool_replaces_it(pool):
+    pool.submit(miniwob_task(ENDLESS, 2, "train"))
+    old = pool.runners[0]
+    wait_for(lambda: ray.get(old.status.remote())["episode_steps"] >= 2, what="steps in the episode")
+    pid = ray.get(old.status.remote())["pid"]
+    browser_pids = [p for ps in ray.get(old.pids.remote()).values() for p in ps]
+    os.kill(pid, signal.SIGKILL)
+    ((traj, _),) = collect(pool, 1)
+    assert traj.outcome == "env_error" and "runner died" in traj.error
+    assert pool.restarts == 1 and pool.runners[0] is not old
+    # the dead runner's browser does not outlive it
+    wait_for(
+        lambda: (
+            not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in browser_pids)
+        ),
+        timeout=30,
+        what="orphaned browser to exit",
+    )
+
+    pool.submit(miniwob_task("click-test-2", 4, "train"))
+    ((traj, _),) = collect(pool, 1)
+    assert traj.outcome in ("success", "failure", "timeout") and traj.steps

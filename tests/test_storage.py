@@ -1,0 +1,90 @@
+import io
+
+import numpy as np
+import pandas as pd
+import pytest
+from PIL import Image
+
+from rlsys.storage import ShardWriter, StorageError, read_shard, read_trajectories
+from rlsys.types import Observation, Step, Task, Trajectory
+
+
+def png(seed: int, size=(64, 48)) -> bytes:
+    rng = np.random.default_rng(seed)
+    img = np.zeros((*size, 3), dtype=np.uint8)
+    img[rng.integers(0, size[0]), :, :] = rng.integers(0, 255, 3)
+    buf = io.BytesIO()
+    Image.fromarray(img).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def trajectory(n_steps: int, outcome: str = "success", version: int = 0, seed: int = 0) -> Trajectory:
+    task = Task(
+        id=f"t{seed}", instruction="Click button ONE.", suite="miniwob", start="click-test-2", meta={"seed": seed}
+    )
+    steps = [
+        Step(
+            observation=Observation(
+                png(seed + i),
+                '[0] button "ONE"',
+                "file:///x.html",
+                task.instruction,
+                {"grammar": {"choices": ["click [0]"], "text_prefixes": [], "max_text": 8}},
+            ),
+            action_text="click [0]",
+            action={"kind": "click", "element": 0, "text": ""},
+            reward=float(i == n_steps - 1 and outcome == "success"),
+            done=i == n_steps - 1,
+            policy_version=version,
+            logprob=-0.5 * (i + 1),
+            timings={"act_s": 0.01},
+            error=None if i else "ElementClickInterceptedException",
+        )
+        for i in range(n_steps)
+    ]
+    return Trajectory(task, steps, outcome, env_id="e", runner_id="r")
+
+
+def test_round_trip_preserves_everything(tmp_path):
+    trajs = [
+        trajectory(3, seed=1),
+        trajectory(1, "failure", version=4, seed=2),
+        Trajectory(Task("t3", "x", "miniwob"), [], "env_error", error="browser died"),
+    ]
+    writer = ShardWriter(tmp_path)
+    writer.write(trajs[:2])
+    writer.write(trajs[2:])
+    back = read_trajectories(tmp_path)
+    assert [t.id for t in back] == [t.id for t in trajs]
+    for a, b in zip(trajs, back):
+        assert a.task == b.task and a.outcome == b.outcome and a.error == b.error
+        assert len(a.steps) == len(b.steps)
+        for sa, sb in zip(a.steps, b.steps):
+            assert sa.observation.screenshot_png == sb.observation.screenshot_png
+            assert sa.observation.extras == sb.observation.extras
+            assert (sa.action_text, sa.action, sa.reward, sa.done, sa.policy_version, sa.logprob, sa.error) == (
+                sb.action_text,
+                sb.action,
+                sb.reward,
+                sb.done,
+                sb.policy_version,
+                sb.logprob,
+                sb.error,
+            )
+    assert back[0].steps[0].observation.screenshot.shape == (64, 48, 3)
+    print(f"bytes per step: {writer.bytes_written / writer.steps_written:.0f}")
+
+
+def test_shards_are_readable_by_pandas_and_numbering_continues(tmp_path):
+    ShardWriter(tmp_path).write([trajectory(2)])
+    ShardWriter(tmp_path).write([trajectory(1, seed=5)])  # a restarted run appends
+    assert sorted(p.name for p in tmp_path.glob("*.parquet")) == ["shard-000000.parquet", "shard-000001.parquet"]
+    df = pd.read_parquet(tmp_path)
+    assert len(df) == 3 and set(df["outcome"]) == {"success"}
+
+
+def test_corrupt_shard_is_a_clear_error(tmp_path):
+    bad = tmp_path / "shard-000000.parquet"
+    bad.write_bytes(b"PAR1 this is not parquet")
+    with pytest.raises(StorageError, match="shard-000000.parquet: not a readable trajectory shard"):
+        read_shard(bad)

@@ -1,0 +1,139 @@
+"""Whole training runs: sync and async loops, and a run killed with SIGKILL then resumed."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import psutil
+import pyarrow.parquet as pq
+import yaml
+
+from rlsys import checkpoint
+from rlsys.config import to_dict
+from rlsys.eval import main as eval_main
+from rlsys.metrics import read_metrics
+from rlsys.storage import read_trajectories
+from rlsys.trainer import Trainer
+from tests.conftest import assert_no_browsers_left, make_config
+
+REQUIRED = {"iteration", "trajectories", "env_steps", "policy_version", "train/success_rate"}
+
+
+def run_trainer(cfg):
+    trainer = Trainer(cfg, cfg.output_dir)
+    try:
+        return trainer.run()
+    finally:
+        trainer.shutdown()
+
+
+def test_sync_run_completes_with_metrics_eval_and_checkpoints(ray_session, tmp_path):
+    cfg = make_config(tmp_path, run__eval_every=2, run__eval_episodes=4, run__eval_at_start=True)
+    t0 = time.time()
+    records = run_trainer(cfg)
+    assert_no_browsers_left(t0)
+    assert [r["iteration"] for r in records] == [0, 1, 2]
+    for r in records[1:]:
+        assert REQUIRED <= r.keys()
+    assert records[-1]["policy_version"] == 2 and records[-1]["trajectories"] >= 8
+    assert records[0]["eval/episodes"] == 4 and "eval/success_rate" in records[2]
+    assert [p.name for p in checkpoint.complete_checkpoints(cfg.output_dir)] == ["000001", "000002"]
+    stored = read_trajectories(cfg.output_dir / "trajectories")
+    assert len(stored) == records[-1]["trajectories"]
+    assert all(s.policy_version in (0, 1) for t in stored for s in t.steps)
+
+
+def test_eval_cli_scores_a_checkpoint(ray_session, tmp_path, capsys):
+    cfg = make_config(tmp_path, run__iterations=1)
+    run_trainer(cfg)
+    config_file = tmp_path / "cfg.yaml"
+    config_file.write_text(yaml.safe_dump(to_dict(cfg)))
+    final = checkpoint.latest(cfg.output_dir)
+    assert eval_main(["--config", str(config_file), "--checkpoint", str(final), "run.eval_episodes=4"]) == 0
+    out = capsys.readouterr().out
+    summary = json.loads((final / "eval.json").read_text())
+    assert summary["eval/episodes"] == 4 and "overall" in out and "click-test-2" in out
+    assert eval_main(["--config", str(config_file), "--checkpoint", str(tmp_path)]) == 2  # no policy there
+
+
+def test_async_run_completes_and_drops_stale_data(ray_session, tmp_path):
+    cfg = make_config(tmp_path, run__mode="async", run__iterations=3, run__max_policy_lag=0, run__checkpoint_every=3)
+    records = run_trainer(cfg)
+    assert [r["iteration"] for r in records] == [1, 2, 3]
+    assert [r["policy_version"] for r in records] == [1, 2, 3]
+    stale = records[-1]["dropped_stale"] + records[-1]["replay/dropped_stale"]
+    # with lag 0, episodes still in flight when the learner publishes are never trained on
+    assert stale > 0
+    assert records[-1]["trajectories"] >= 12
+
+
+def kill_session(sid: int) -> None:
+    """SIGKILL every process of a session, as a machine losing power would (Ray workers sit in
+    process groups of their own, so killing the driver's group is not enough)."""
+    for p in psutil.process_iter():
+        try:
+            if os.getsid(p.pid) == sid:
+                p.kill()
+        except (ProcessLookupError, psutil.NoSuchProcess, PermissionError):
+            pass
+
+
+def _start(args, log):
+    return subprocess.Popen(
+        [sys.executable, "-m", "rlsys.train", *args],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+def test_sigkill_then_resume_keeps_counters_optimizer_and_buffer(tmp_path):
+    cfg = make_config(tmp_path, run__iterations=4, tasks__train=["click-test-2"])
+    config_file = tmp_path / "cfg.yaml"
+    config_file.write_text(yaml.safe_dump(to_dict(cfg)))
+    run_dir = cfg.output_dir
+
+    with open(tmp_path / "first.log", "w") as log:
+        proc = _start(["--config", str(config_file)], log)
+        deadline = time.monotonic() + 300
+        while not (run_dir / "checkpoints" / "000002").exists():
+            assert proc.poll() is None, (tmp_path / "first.log").read_text()
+            assert time.monotonic() < deadline, "no second checkpoint within 300 s"
+            time.sleep(0.5)
+        kill_session(proc.pid)  # the driver, Ray, its workers and every browser, at once
+        proc.wait()
+
+    ckpt = checkpoint.latest(run_dir)
+    state = checkpoint.read_json(ckpt / "state.json")
+    saved_ids = set(pq.read_table(ckpt / "replay.parquet", columns=["trajectory_id"])["trajectory_id"].to_pylist())
+    assert state["iteration"] >= 2 and saved_ids
+
+    resumed_at = time.time()
+    with open(tmp_path / "second.log", "w") as log:
+        proc = _start(["--resume", str(run_dir)], log)
+        assert proc.wait(timeout=400) == 0, (tmp_path / "second.log").read_text()
+    out = (tmp_path / "second.log").read_text()
+    assert f"resumed from {ckpt} at iteration {state['iteration']}" in out
+
+    records = [r for r in read_metrics(run_dir) if r["iteration"] > 0]
+    assert [r["iteration"] for r in records] == [1, 2, 3, 4]  # nothing skipped, nothing repeated
+    assert [r["policy_version"] for r in records] == [1, 2, 3, 4]
+    resumed = records[state["iteration"]]
+    assert resumed["trajectories"] > state["counters"]["trajectories"]
+    assert resumed["replay/added"] > state["replay"]["counters"]["added"]
+    final = checkpoint.latest(run_dir)
+    final_ids = set(pq.read_table(final / "replay.parquet", columns=["trajectory_id"])["trajectory_id"].to_pylist())
+    assert saved_ids <= final_ids  # the buffer came back whole
+
+    import torch
+
+    learner_state = torch.load(final / "learner.pt", weights_only=True)
+    assert learner_state["version"] == 4
+    adam_steps = {int(v["step"]) for v in learner_state["algorithm"]["optimizer"]["state"].values()}
+    updates = sum(r["learner/updates"] for r in records)
+    assert updates > 0 and adam_steps == {updates}  # optimizer state survived the kill
+
+    assert_no_browsers_left(resumed_at)

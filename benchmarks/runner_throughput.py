@@ -22,7 +22,7 @@ from rlsys.config import load_config
 from rlsys.policies import build_policy
 from rlsys.tasks import eval_tasks
 
-TASKS = ["click-test-2", "click-tab", "click-button"]
+TASKS = ["click-test-2", "click-tab", "focus-text-2", "click-button-sequence"]
 
 
 def config(runners: int):
@@ -39,8 +39,11 @@ def config(runners: int):
 
 def plain_loop(episodes: int) -> dict:
     """What a hand-written script does: one browser, one policy, one episode after another."""
+    import torch
+
     from envs.web.miniwob import MiniWoBEnv
 
+    torch.set_num_threads(1)  # as in a runner: a fair measure of the framework's own overhead
     cfg = config(1)
     policy = build_policy(cfg.policy, seed=0)
     env = MiniWoBEnv(cfg.env)

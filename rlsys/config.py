@@ -71,6 +71,7 @@ class EnvConfig:
     chromedriver: str = "/usr/bin/chromedriver"
     episode_time_limit_s: float = 60.0  # MiniWoB's in-page timer
     max_elements: int = 20
+    max_tabs: int = 8  # task pages kept open per browser
 
 
 @dataclass

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import random
 import time
 from collections import Counter
 from pathlib import Path
@@ -19,7 +18,7 @@ import numpy as np
 import ray
 
 from rlsys import checkpoint
-from rlsys.config import Config
+from rlsys.config import Config, redacted_dict, to_dict
 from rlsys.metrics import MetricsLogger, eval_table, read_metrics, summarize_eval
 from rlsys.storage import ShardWriter
 from rlsys.tasks import TaskSource, eval_tasks
@@ -66,7 +65,6 @@ class Trainer:
         self.iteration = 0
         self.counters: Counter = Counter()
         self.tasks = TaskSource(cfg.tasks.train, cfg.tasks.sampling, cfg.run.seed)
-        self.rng = random.Random(cfg.run.seed)
         self.writer = ShardWriter(self.run_dir / "trajectories")
         self.eval_writer = ShardWriter(self.run_dir / "trajectories" / "eval")
 
@@ -142,7 +140,6 @@ class Trainer:
             if self.cfg.run.mode == "async" and not queue:
                 self._fill_runners(explore=True)
             self._handle(self.pool.wait(1.0), results)
-            self._poll_async_update()
         self.eval_writer.write(results)
         return summarize_eval(results, names)
 
@@ -193,7 +190,9 @@ class Trainer:
 
     def run(self) -> list[dict]:
         cfg = self.cfg.run
-        logger = MetricsLogger(self.cfg, self.run_dir, {}, total=cfg.iterations, start=self.iteration)
+        logger = MetricsLogger(
+            self.cfg, self.run_dir, redacted_dict(to_dict(self.cfg)), total=cfg.iterations, start=self.iteration
+        )
         try:
             if self.iteration == 0 and cfg.eval_at_start and cfg.eval_every:
                 logger.log({"iteration": 0, "policy_version": self.version, **self.evaluate()}, advance=False)
@@ -225,9 +224,8 @@ class Trainer:
     # ------------------------------------------------------------------ checkpoints
 
     def save_checkpoint(self) -> Path:
-        if self._pending_update is not None:  # never snapshot a learner mid-update
-            self.version = ray.get(self._pending_update, timeout=3600)["policy_version"]
-            self._pending_update = None
+        if self._pending_update is not None:
+            raise RuntimeError("checkpoint requested while the learner is mid-update")
         learner_files = ray.get(self.learner.save.remote(), timeout=600)
 
         def fill(folder: Path) -> None:

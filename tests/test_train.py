@@ -8,6 +8,7 @@ import time
 
 import psutil
 import pyarrow.parquet as pq
+import pytest
 import yaml
 
 from rlsys import checkpoint
@@ -29,11 +30,18 @@ def run_trainer(cfg):
         trainer.shutdown()
 
 
-def test_sync_run_completes_with_metrics_eval_and_checkpoints(ray_session, tmp_path):
+@pytest.fixture(scope="module")
+def sync_run(ray_session, tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("sync")
     cfg = make_config(tmp_path, run__eval_every=2, run__eval_episodes=4, run__eval_at_start=True)
     t0 = time.time()
     records = run_trainer(cfg)
     assert_no_browsers_left(t0)
+    return cfg, records
+
+
+def test_sync_run_completes_with_metrics_eval_and_checkpoints(sync_run):
+    cfg, records = sync_run
     assert [r["iteration"] for r in records] == [0, 1, 2]
     for r in records[1:]:
         assert REQUIRED <= r.keys()
@@ -45,9 +53,8 @@ def test_sync_run_completes_with_metrics_eval_and_checkpoints(ray_session, tmp_p
     assert all(s.policy_version in (0, 1) for t in stored for s in t.steps)
 
 
-def test_eval_cli_scores_a_checkpoint(ray_session, tmp_path, capsys):
-    cfg = make_config(tmp_path, run__iterations=1)
-    run_trainer(cfg)
+def test_eval_cli_scores_a_checkpoint(sync_run, tmp_path, capsys):
+    cfg, _ = sync_run
     config_file = tmp_path / "cfg.yaml"
     config_file.write_text(yaml.safe_dump(to_dict(cfg)))
     final = checkpoint.latest(cfg.output_dir)
@@ -59,10 +66,20 @@ def test_eval_cli_scores_a_checkpoint(ray_session, tmp_path, capsys):
 
 
 def test_async_run_completes_and_drops_stale_data(ray_session, tmp_path):
-    cfg = make_config(tmp_path, run__mode="async", run__iterations=3, run__max_policy_lag=0, run__checkpoint_every=3)
+    cfg = make_config(
+        tmp_path,
+        run__mode="async",
+        run__iterations=3,
+        run__max_policy_lag=0,
+        run__checkpoint_every=3,
+        run__eval_every=2,
+        run__eval_episodes=4,
+    )
     records = run_trainer(cfg)
     assert [r["iteration"] for r in records] == [1, 2, 3]
+    # an update that finishes during an evaluation is still counted as its own iteration
     assert [r["policy_version"] for r in records] == [1, 2, 3]
+    assert records[1]["eval/episodes"] == 4
     stale = records[-1]["dropped_stale"] + records[-1]["replay/dropped_stale"]
     # with lag 0, episodes still in flight when the learner publishes are never trained on
     assert stale > 0

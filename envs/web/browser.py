@@ -27,6 +27,10 @@ CHROMIUM_FLAGS = (
     "--disable-extensions",
     "--disable-quic",
     "--mute-audio",
+    # pages in background tabs keep their timers running at full speed
+    "--disable-background-timer-throttling",
+    "--disable-renderer-backgrounding",
+    "--disable-backgrounding-occluded-windows",
 )
 
 

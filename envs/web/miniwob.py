@@ -6,6 +6,7 @@ The page computes the reward itself (`WOB_RAW_REWARD_GLOBAL`); the env reads it 
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from functools import cache
 from pathlib import Path
 
@@ -67,6 +68,7 @@ class MiniWoBEnv:
         self.env_id = env_id
         self.browser = Browser(cfg.chromium, cfg.chromedriver, cfg.window, cfg.headless, cfg.step_timeout_s)
         self._url = None
+        self._tabs: OrderedDict[str, str] = OrderedDict()  # task page -> window handle
         self._elements: list[dict] = []
         self._utterance = ""
         self._steps = 0
@@ -83,9 +85,7 @@ class MiniWoBEnv:
         if not path.is_file():
             raise EnvSetupError(f"MiniWoB++ has no task {path.stem!r}; see envs.web.miniwob.available_tasks()")
         try:
-            if self._url != path.as_uri():
-                self.driver.get(path.as_uri())
-                self._url = path.as_uri()
+            self._open(path.as_uri())
             seed = task.meta.get("seed")
             if seed is not None:
                 self.driver.execute_script(f"Math.seedrandom({int(seed)});")
@@ -104,6 +104,25 @@ class MiniWoBEnv:
             return self._observe()[0]
         except _BROKEN as e:
             raise EnvBrokenError(f"browser failed during reset: {type(e).__name__}: {e}") from None
+
+    def _open(self, url: str) -> None:
+        """Show `url`, keeping one tab per task page: switching tabs costs one round trip,
+        loading a page several hundred milliseconds."""
+        if url == self._url:
+            return
+        if url in self._tabs:
+            self.driver.switch_to.window(self._tabs[url])
+            self._tabs.move_to_end(url)
+        else:
+            if self._tabs:
+                if len(self._tabs) >= self.cfg.max_tabs:
+                    _, oldest = self._tabs.popitem(last=False)
+                    self.driver.switch_to.window(oldest)
+                    self.driver.close()
+                self.driver.switch_to.new_window("tab")
+            self.driver.get(url)
+            self._tabs[url] = self.driver.current_window_handle
+        self._url = url
 
     def step(self, action_text: str) -> StepResult:
         self._steps += 1

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Installs rlsys and what it needs on a Debian/Ubuntu machine: Chromium and its driver from
+# the distribution, the CPU build of PyTorch, then the package with its web and test extras.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null
+fi
+PY=${PYTHON:-python3}
+# torch first, pinned: an unpinned torch would pull several GB of CUDA packages.
+$PY -m pip install -q "torch==${TORCH_VERSION:-2.13.0}"
+$PY -m pip install -q -e ".[web,android,dev]"

@@ -1,7 +1,8 @@
 """Bytes per stored step in a run's trajectory shards, and how much of it is screenshots.
 
-    python benchmarks/storage_bytes.py runs/quickstart/trajectories
+python benchmarks/storage_bytes.py runs/quickstart/trajectories
 """
+
 from __future__ import annotations
 
 import argparse

@@ -55,11 +55,6 @@ def write_files(folder: Path, files: dict[str, bytes]) -> None:
         path.write_bytes(data)
 
 
-def read_files(folder: Path, names_under: str = "") -> dict[str, bytes]:
-    base = folder / names_under if names_under else folder
-    return {str(p.relative_to(folder)): p.read_bytes() for p in base.rglob("*") if p.is_file()}
-
-
 def write_json(path: Path, data: dict) -> None:
     path.write_text(json.dumps(data, indent=1))
 

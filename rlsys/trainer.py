@@ -250,7 +250,8 @@ class Trainer:
             log.warning("no complete checkpoint in %s; starting from scratch", self.run_dir)
             return
         state = checkpoint.read_json(found / "state.json")
-        files = {k: v for k, v in checkpoint.read_files(found).items() if k.startswith("policy/") or k == "learner.pt"}
+        files = {f"policy/{p.name}": p.read_bytes() for p in (found / "policy").iterdir() if p.is_file()}
+        files["learner.pt"] = (found / "learner.pt").read_bytes()
         ray.get(self.learner.load.remote(files), timeout=600)
         ray.get(self.buffer.load.remote(str(found), state["replay"]), timeout=600)
         self.iteration = state["iteration"]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 
 from tqdm import tqdm
@@ -21,8 +20,6 @@ class MetricsLogger:
         if cfg.metrics.wandb:
             import wandb
 
-            if cfg.metrics.wandb_api_key:
-                os.environ["WANDB_API_KEY"] = cfg.metrics.wandb_api_key
             self._wandb = wandb.init(
                 project=cfg.metrics.wandb_project,
                 name=cfg.run.name,
@@ -30,6 +27,7 @@ class MetricsLogger:
                 dir=str(run_dir),
                 config=config_for_logging,
                 resume="allow",
+                settings=wandb.Settings(api_key=cfg.metrics.wandb_api_key) if cfg.metrics.wandb_api_key else None,
             )
 
     def log(self, record: dict, advance: bool = True) -> None:

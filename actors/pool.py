@@ -50,7 +50,7 @@ class RunnerPool:
             name=name,
             num_cpus=self.cfg.runners.num_cpus,
             resources={self.cfg.runners.resource: 1},
-            max_concurrency=2,  # answers pids()/ping() while an episode runs
+            max_concurrency=2,  # answers status()/pids() while an episode runs
         ).remote(name, self.cfg, self.weight_store, self.seed * 1000 + slot)
 
     def _replace(self, slot: int, why: str) -> None:
@@ -89,36 +89,33 @@ class RunnerPool:
         for ref in ready:
             ep = self._inflight.pop(ref)
             try:
-                traj = ray.get(ref, timeout=60)
+                finished.append((ray.get(ref, timeout=60), ep.explore))
+                self._idle.append(ep.slot)
             except (RayActorError, GetTimeoutError) as e:
-                traj = self._lost(ep, f"runner died mid-episode: {type(e).__name__}")
-                self._replace(ep.slot, str(e).splitlines()[0] if str(e) else type(e).__name__)
-            self._idle.append(ep.slot)
-            finished.append((traj, ep.explore))
-        finished += self._reap_overdue()
-        return finished
-
-    def _reap_overdue(self) -> list[tuple[Trajectory, bool]]:
+                finished.append(self._fail(ep, f"runner died mid-episode: {type(e).__name__}"))
         limit = self.cfg.run.episode_timeout_s
         now = time.monotonic()
-        out = []
         for ref, ep in list(self._inflight.items()):
             if now - ep.started > limit:
                 del self._inflight[ref]
-                self._replace(ep.slot, f"episode over run.episode_timeout_s={limit}")
-                self._idle.append(ep.slot)
-                out.append((self._lost(ep, f"episode exceeded {limit}s"), ep.explore))
-        return out
+                finished.append(self._fail(ep, f"episode exceeded run.episode_timeout_s={limit}"))
+        return finished
 
-    def _lost(self, ep: _Episode, why: str) -> Trajectory:
-        return Trajectory(ep.task, [], "env_error", runner_id=f"runner-{ep.slot}", error=why)
+    def _fail(self, ep: _Episode, why: str) -> tuple[Trajectory, bool]:
+        """Replace the runner that lost `ep`; the episode becomes an `env_error` trajectory."""
+        self._replace(ep.slot, why)
+        self._idle.append(ep.slot)
+        return Trajectory(ep.task, [], "env_error", runner_id=f"runner-{ep.slot}", error=why), ep.explore
 
-    def drain(self, timeout_s: float = 30.0) -> list[tuple[Trajectory, bool]]:
-        out = []
-        deadline = time.monotonic() + timeout_s
-        while self._inflight and time.monotonic() < deadline:
-            out += self.wait(timeout_s=1.0)
-        return out
+    def play(self, tasks: list[Task], explore: bool = False) -> list[Trajectory]:
+        """Play every task once, keeping all runners busy; returns when all have finished."""
+        queue = list(tasks)
+        results: list[Trajectory] = []
+        while len(results) < len(tasks):
+            while self.num_idle and queue:
+                self.submit(queue.pop(0), explore)
+            results += [t for t, _ in self.wait(1.0)]
+        return results
 
     def shutdown(self) -> None:
         """Close every browser before the actors go: a killed actor would orphan its browser."""

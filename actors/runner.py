@@ -80,10 +80,9 @@ class EnvRunner:
             obs = env.reset(task)
             task.instruction = task.instruction or obs.task
             reset_s = time.perf_counter() - t0
-            history: list[str] = []
             self.episode_steps = 0
             for _ in range(self.cfg.env.max_steps):
-                obs.extras["previous_actions"] = list(history)
+                obs.extras["previous_actions"] = [s.action_text for s in steps]
                 t0 = time.perf_counter()
                 sample = self.policy.act([obs], greedy=not explore)[0]
                 t1 = time.perf_counter()
@@ -103,7 +102,6 @@ class EnvRunner:
                         error=info.get("parse_error") or info.get("action_error"),
                     )
                 )
-                history.append(sample.text)
                 self.episode_steps = len(steps)
                 obs = result.observation
                 if result.done:

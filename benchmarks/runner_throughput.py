@@ -87,10 +87,7 @@ def rlsys_runners(episodes: int, runners: int) -> dict:
     buffer = ReplayBufferActor.remote(10_000, 1 << 30)
     pool = RunnerPool(cfg, store)
     try:
-        warm = eval_tasks(TASKS, runners)  # every runner starts its browser before the clock starts
-        for task in warm:
-            pool.submit(task, explore=False)
-        pool.drain(120)
+        pool.play(eval_tasks(TASKS, runners))  # every runner starts its browser before the clock starts
         queue = eval_tasks(TASKS, episodes)
         done, steps = 0, 0
         start = time.perf_counter()

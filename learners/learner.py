@@ -7,12 +7,14 @@ from __future__ import annotations
 import io
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import ray
 import torch
 
 from rlsys.config import Config
+from rlsys.policies import build_policy
 
 
 def pick_device(requested: str) -> str:
@@ -26,7 +28,6 @@ def pick_device(requested: str) -> str:
 class Learner:
     def __init__(self, cfg: Config, buffer, weight_store):
         from learners.filtered_bc import FilteredBC
-        from rlsys.policies import build_policy
 
         self.cfg = cfg
         self.buffer = buffer
@@ -89,10 +90,6 @@ class Learner:
                 if name.startswith("policy/"):
                     (Path(tmp) / "policy").mkdir(exist_ok=True)
                     (Path(tmp) / name).write_bytes(data)
-            from dataclasses import replace
-
-            from rlsys.policies import build_policy
-
             loaded = build_policy(replace(self.cfg.policy, path=str(Path(tmp) / "policy")), device=self.device)
         self.policy.load_state_dict(loaded.state_dict())
         state = torch.load(io.BytesIO(files["learner.pt"]), weights_only=True)

@@ -205,9 +205,7 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
 
 
 def load_config(path: str | os.PathLike | None, overrides: list[str] = (), data: dict | None = None) -> Config:
-    raw = read_yaml_with_extends(path) if path is not None else (data or {})
-    raw = apply_overrides(raw, list(overrides))
-    return build(Config, raw)
+    return build(Config, unresolved_dict(path, overrides, data))
 
 
 def build(cls: type, data: Any, prefix: str = "") -> Any:

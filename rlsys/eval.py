@@ -47,13 +47,8 @@ def main(argv=None) -> int:
     ray.get(store.publish.remote(0, build_policy(cfg.policy).state_dict()))
     pool = RunnerPool(cfg, store, seed=cfg.run.seed)
     names = cfg.tasks.eval or cfg.tasks.train
-    queue = eval_tasks(names, cfg.run.eval_episodes)
-    results = []
     try:
-        while len(results) < cfg.run.eval_episodes:
-            while pool.num_idle and queue:
-                pool.submit(queue.pop(0), explore=False)
-            results += [t for t, _ in pool.wait(1.0)]
+        results = pool.play(eval_tasks(names, cfg.run.eval_episodes))
     finally:
         pool.shutdown()
         if started_ray:

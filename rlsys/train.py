@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from rlsys.config import ConfigError, load_config, save_config, unresolved_dict
+from rlsys.config import Config, ConfigError, build, save_config, unresolved_dict
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -24,8 +24,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     config_path = args.config or os.path.join(args.resume, "config.yaml")
     try:  # every config problem is reported before Ray starts
-        cfg = load_config(config_path, args.overrides)
         raw = unresolved_dict(config_path, args.overrides)
+        cfg = build(Config, raw)
         if args.resume:
             cfg.run.output_dir = args.resume
     except ConfigError as e:
@@ -40,6 +40,7 @@ def main(argv=None) -> int:
 
     import ray
 
+    from rlsys.metrics import eval_table
     from rlsys.trainer import Trainer, init_ray
 
     started_ray, dashboard = init_ray(cfg)
@@ -48,8 +49,7 @@ def main(argv=None) -> int:
         print(f"Ray dashboard: http://{dashboard}", flush=True)
     trainer = Trainer(cfg, run_dir, resume=bool(args.resume))
     try:
-        trainer.run()
-        table = trainer.final_table()
+        table = eval_table(trainer.run())
         if table:
             print("\n" + table, flush=True)
     finally:

@@ -19,7 +19,7 @@ import ray
 
 from rlsys import checkpoint
 from rlsys.config import Config, redacted_dict, to_dict
-from rlsys.metrics import MetricsLogger, eval_table, read_metrics, summarize_eval
+from rlsys.metrics import MetricsLogger, read_metrics, summarize_eval
 from rlsys.storage import ShardWriter
 from rlsys.tasks import TaskSource, eval_tasks
 from rlsys.types import Trajectory
@@ -269,6 +269,3 @@ class Trainer:
         self.pool.shutdown()
         for actor in (self.learner, self.buffer, self.weight_store):
             ray.kill(actor, no_restart=True)
-
-    def final_table(self) -> str | None:
-        return eval_table(read_metrics(self.run_dir))

@@ -62,23 +62,43 @@ class RunnersConfig:
 
 @dataclass
 class EnvConfig:
-    kind: Literal["miniwob"] = "miniwob"
+    kind: Literal["miniwob", "web"] = "miniwob"
+    action_space: Literal["element", "pae", "coords"] = "element"
     max_steps: int = 5
-    window: list[int] = field(default_factory=lambda: [400, 400])
-    step_timeout_s: float = 15.0
+    viewport: list[int] = field(default_factory=lambda: [1024, 768])  # exact pixels of the page area
+    set_of_marks: bool = True  # draw numbered element boxes onto the screenshot
+    history: int = 3  # previous steps shown in each observation
+    step_timeout_s: float = 15.0  # every WebDriver call
+    settle_quiet_ms: int = 50  # the DOM must be unchanged this long after an action...
+    settle_timeout_s: float = 3.0  # ...but no longer than this is waited
+    wait_action_s: float = 1.0  # what the agent's `Wait` action waits
     headless: bool = True
     chromium: str = "/usr/bin/chromium"
     chromedriver: str = "/usr/bin/chromedriver"
+    max_elements: int = 50
+    # safety (web)
+    allowed_domains: list[str] = field(default_factory=list)  # besides the task's start host
+    allow_all_domains: bool = False
+    new_tabs: Literal["follow", "close"] = "follow"
+    download_max_mb: float = 20.0
+    search_engine: str = "https://www.google.com/"
+    # a self-hosted site (WebArena) reset between episodes: argv, run every `instance_reset_every`
+    instance_reset_command: list[str] | None = None
+    instance_reset_every: int = 0
+    instance_reset_timeout_s: float = 600.0
+    # MiniWoB++
     episode_time_limit_s: float = 60.0  # MiniWoB's in-page timer
-    max_elements: int = 20
     max_tabs: int = 8  # task pages kept open per browser
 
 
 @dataclass
 class TasksConfig:
-    suite: Literal["miniwob"] = "miniwob"
-    train: list[str] = field(default_factory=lambda: ["click-test-2"])
+    suite: Literal["miniwob", "webvoyager", "webarena"] = "miniwob"
+    train: list[str] = field(default_factory=lambda: ["click-test-2"])  # MiniWoB++ names, or ["all"]
     eval: list[str] | None = None  # default: the training tasks
+    file: str | None = None  # web suites: a JSONL task file (web_name, id, ques, web[, eval])
+    eval_file: str | None = None  # default: `file`
+    url_map: dict[str, str] = field(default_factory=dict)  # placeholders such as __SHOPPING__ -> base URL
     sampling: Literal["random", "sequential"] = "random"
 
 
@@ -241,6 +261,8 @@ def _type_name(tp: Any) -> str:
         return " or ".join(_type_name(a) for a in typing.get_args(tp))
     if origin is list:
         return f"list of {_type_name(typing.get_args(tp)[0])}"
+    if origin is dict:
+        return "mapping of " + " to ".join(_type_name(a) for a in typing.get_args(tp))
     if tp is type(None):
         return "null"
     return getattr(tp, "__name__", str(tp))
@@ -272,6 +294,11 @@ def _coerce(tp: Any, value: Any, path: str) -> Any:
             raise _type_error(path, tp, value)
         (item,) = typing.get_args(tp)
         return [_coerce(item, v, f"{path}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise _type_error(path, tp, value)
+        key_type, value_type = typing.get_args(tp)
+        return {_coerce(key_type, k, path): _coerce(value_type, v, f"{path}.{k}") for k, v in value.items()}
     if tp is float and isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     if tp is float and isinstance(value, str):

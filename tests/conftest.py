@@ -33,7 +33,7 @@ def make_config(tmp_path, **overrides):
         },
         "ray": {"dashboard": False},
         "runners": {"num": 2, "num_cpus": 0.25},
-        "env": {"max_steps": 3, "chromium": chromium, "chromedriver": driver},
+        "env": {"max_steps": 3, "viewport": [400, 400], "chromium": chromium, "chromedriver": driver},
         "tasks": {"train": ["click-test-2", "click-tab"]},
         "policy": {"d_model": 32, "d_ff": 64, "num_heads": 2},
         "learner": {"updates_per_iteration": 2, "batch_size": 8, "num_cpus": 0.25},
@@ -76,3 +76,54 @@ def assert_no_browsers_left(t0: float, timeout: float = 15.0) -> None:
     while browsers_started_after(t0) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not browsers_started_after(t0), f"browsers outlived the run: {browsers_started_after(t0)}"
+
+
+SITE_DIR = os.path.join(os.path.dirname(__file__), "site")
+MINIMAL_PDF = (
+    b"%PDF-1.4\n1 0 obj<</Type/Catalog/Pages 2 0 R>>endobj 2 0 obj<</Type/Pages/Kids[3 0 R]/Count 1>>endobj "
+    b"3 0 obj<</Type/Page/MediaBox[0 0 200 200]/Parent 2 0 R>>endobj\ntrailer<</Root 1 0 R>>\n%%EOF\n"
+)
+
+
+@pytest.fixture(scope="session")
+def site():
+    """The pages in tests/site served on 127.0.0.1, plus a slow endpoint and downloads."""
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            path = self.path.split("?")[0]
+            headers = {"Content-Type": "text/html; charset=utf-8"}
+            if path == "/slow":
+                time.sleep(0.4)
+                body, headers = b"loaded slowly", {"Content-Type": "text/plain"}
+            elif path in ("/file.bin", "/big.bin"):
+                body = b"x" * (1000 if path == "/file.bin" else 2_000_000)
+                headers = {"Content-Type": "application/octet-stream", "Content-Disposition": "attachment"}
+            elif path == "/doc.pdf":
+                body, headers = MINIMAL_PDF, {"Content-Type": "application/pdf"}
+            else:
+                file = os.path.join(SITE_DIR, os.path.basename(path) or "actions.html")
+                if not os.path.isfile(file):
+                    self.send_error(404)
+                    return
+                with open(file, "rb") as f:
+                    body = f.read().replace(b"PORT", str(self.server.server_port).encode())
+            self.send_response(200)
+            for k, v in headers.items():
+                self.send_header(k, v)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+    server.server_close()

@@ -3,7 +3,8 @@ import random
 import pytest
 import torch
 
-from envs.web.actions import ParseError, grammar, parse, render
+from envs.web.spaces import ParseError
+from envs.web.spaces.element import grammar, parse, render
 from rlsys.config import PolicyConfig
 from rlsys.grammar import Grammar
 from rlsys.policies import build_policy

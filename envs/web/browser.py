@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import shutil
 import tempfile
+from pathlib import Path
 
 import psutil
 from selenium import webdriver
@@ -33,25 +35,45 @@ CHROMIUM_FLAGS = (
     "--disable-backgrounding-occluded-windows",
 )
 
+# Runs in every document before the page's own scripts: counts the page's fetch/XHR requests
+# in flight, so that waiting for a page to settle can include its network activity.
+_PAGE_INIT_SCRIPT = (Path(__file__).parent / "page_init.js").read_text()
+
 
 class Browser:
-    """One Chromium process and its chromedriver; `pids()` lists both so they can be watched."""
+    """One Chromium process and its chromedriver; `pids()` lists both so they can be watched.
 
-    def __init__(self, chromium: str, chromedriver: str, window: list[int], headless: bool, timeout_s: float):
+    The viewport is exactly `viewport` pixels (the window is larger by its frame), downloads go
+    to a private folder, and JS dialogs are accepted by the driver, which reports their text
+    with the next command (`UnexpectedAlertPresentException.alert_text`).
+    """
+
+    def __init__(self, chromium: str, chromedriver: str, viewport: list[int], headless: bool, timeout_s: float):
         for name, path in (("env.chromium", chromium), ("env.chromedriver", chromedriver)):
             if not (os.path.isfile(path) and os.access(path, os.X_OK)):
                 raise EnvSetupError(
                     f"{name} = {path!r} is not an executable file; install Chromium "
                     "(Debian: apt-get install chromium chromium-driver) or set the path in the config"
                 )
+        self.viewport = (int(viewport[0]), int(viewport[1]))
+        self._profile = tempfile.mkdtemp(prefix="rlsys-chromium-")
+        self.downloads = Path(self._profile) / "downloads"
+        self.downloads.mkdir()
         options = webdriver.ChromeOptions()
         options.binary_location = chromium
-        flags = CHROMIUM_FLAGS if headless else CHROMIUM_FLAGS[1:]
-        for flag in flags:
+        for flag in CHROMIUM_FLAGS if headless else CHROMIUM_FLAGS[1:]:
             options.add_argument(flag)
-        self._profile = tempfile.mkdtemp(prefix="rlsys-chromium-")
         options.add_argument(f"--user-data-dir={self._profile}")
-        options.add_argument(f"--window-size={window[0]},{window[1]}")
+        options.add_argument(f"--window-size={self.viewport[0]},{self.viewport[1] + 200}")
+        options.set_capability("unhandledPromptBehavior", "accept and notify")
+        options.add_experimental_option(
+            "prefs",
+            {
+                "download.default_directory": str(self.downloads),
+                "download.prompt_for_download": False,
+                "plugins.always_open_pdf_externally": True,  # a PDF becomes a download we can see
+            },
+        )
         try:
             self.driver = webdriver.Chrome(service=Service(executable_path=chromedriver), options=options)
         except WebDriverException as e:
@@ -60,6 +82,48 @@ class Browser:
         self.driver.command_executor.client_config.timeout = timeout_s
         self.driver.set_page_load_timeout(timeout_s)
         self.driver.set_script_timeout(timeout_s)
+        self.cdp("Browser.setDownloadBehavior", behavior="allow", downloadPath=str(self.downloads))
+        self.prepare_tab()
+
+    def cdp(self, command: str, **params) -> dict:
+        return self.driver.execute_cdp_cmd(command, params)
+
+    def prepare_tab(self) -> None:
+        """Exact viewport and the init script for the current tab (each tab needs its own)."""
+        width, height = self.viewport
+        self.cdp("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1, mobile=False)
+        self.cdp("Page.addScriptToEvaluateOnNewDocument", source=_PAGE_INIT_SCRIPT)
+
+    def screenshot_png(self) -> bytes:
+        return base64.b64decode(self.cdp("Page.captureScreenshot", format="png", optimizeForSpeed=True)["data"])
+
+    def click_at(self, x: float, y: float) -> None:
+        """A trusted mouse click at viewport pixel (x, y), as a user's would be."""
+        for kind in ("mousePressed", "mouseReleased"):
+            self.cdp("Input.dispatchMouseEvent", type=kind, x=x, y=y, button="left", clickCount=1)
+
+    def wheel_at(self, x: float, y: float, dx: float, dy: float) -> None:
+        self.cdp("Input.dispatchMouseEvent", type="mouseWheel", x=x, y=y, deltaX=dx, deltaY=dy)
+
+    def insert_text(self, text: str) -> None:
+        self.cdp("Input.insertText", text=text)
+
+    def press_enter(self) -> None:
+        for kind in ("keyDown", "keyUp"):
+            self.cdp(
+                "Input.dispatchKeyEvent",
+                type=kind,
+                key="Enter",
+                code="Enter",
+                windowsVirtualKeyCode=13,
+                **({"text": "\r"} if kind == "keyDown" else {}),
+            )
+
+    def clear_state(self) -> None:
+        """Forget cookies, storage and cache, so one episode never sees another's session."""
+        self.cdp("Network.clearBrowserCookies")
+        self.cdp("Network.clearBrowserCache")
+        self.cdp("Storage.clearDataForOrigin", origin="*", storageTypes="all")
 
     def pids(self) -> dict[str, list[int]]:
         driver_proc = self.driver.service.process

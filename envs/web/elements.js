@@ -2,8 +2,10 @@
 // Interactive: visible (hit-tested at its centre), a form control, link, list or table cell,
 // or anything with an onclick handler or a pointer cursor; only the innermost such elements
 // are kept. The elements are remembered in window.__rlsysElements for the action that follows.
-const root = document.querySelector(arguments[0]) || document.body;
-const skip = new Set(arguments[1]);
+// Elements outside the viewport fail the hit test and are not listed.
+function findElements(rootSelector, skipIds) {
+const root = document.querySelector(rootSelector) || document.body;
+const skip = new Set(skipIds);
 const TAGS = new Set(["INPUT", "TEXTAREA", "SELECT", "BUTTON", "A", "IFRAME", "VIDEO", "LI", "TD", "OPTION"]);
 const candidates = [];
 for (const el of root.querySelectorAll("*")) {
@@ -15,7 +17,7 @@ for (const el of root.querySelectorAll("*")) {
   if (r.width * r.height < 20) continue;
   const cx = r.left + r.width / 2, cy = r.top + r.height / 2;
   const hit = document.elementFromPoint(cx, cy);
-  if (!hit || !(hit === el || el.contains(hit) || hit.contains(el) || (el.labels && [...el.labels].includes(hit)))) continue;
+  if (!hit || !(hit === el || el.contains(hit) || (el.labels && [...el.labels].includes(hit)))) continue;
   candidates.push(el);
 }
 const kept = candidates.filter((el) => !candidates.some((o) => o !== el && el.contains(o)));
@@ -34,3 +36,4 @@ return kept.map((el) => {
   return {tag: el.tagName.toLowerCase(), type: type, text: text(el), editable: editable,
           box: [Math.round(r.left), Math.round(r.top), Math.round(r.width), Math.round(r.height)]};
 });
+}

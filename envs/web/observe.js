@@ -1,0 +1,26 @@
+// Waits until the page has settled, then describes it, in one asynchronous script call.
+// Settled: the document is loaded, no fetch/XHR is in flight and the DOM has not changed for
+// `quietMs`; or `timeoutMs` has passed (reported as settled: false).
+const [rootSelector, skipIds, quietMs, timeoutMs] = arguments;
+const reply = arguments[arguments.length - 1];
+const start = performance.now();
+let lastChange = start;
+const observer = new MutationObserver(() => { lastChange = performance.now(); });
+observer.observe(document, { subtree: true, childList: true, attributes: true, characterData: true });
+(function check() {
+  const now = performance.now();
+  const quiet = document.readyState === "complete" && !(window.__rlsysPending > 0) && now - lastChange >= quietMs;
+  if (!quiet && now - start < timeoutMs) {
+    setTimeout(check, 10);
+    return;
+  }
+  observer.disconnect();
+  reply({
+    settled: quiet,
+    settle_ms: now - start,
+    url: location.href,
+    content_type: document.contentType,
+    elements: findElements(rootSelector, skipIds),
+    extra: (() => { /*EXTRA*/ })(),
+  });
+})();

@@ -1,0 +1,69 @@
+"""Pluggable web action spaces. Each module turns model text into a `WebAction` and back:
+
+parse(text, num_elements) -> WebAction   (raises ParseError on malformed text)
+render(action) -> str                    (parse(render(a)) == a)
+grammar(elements) -> Grammar | None      (for constrained decoding, where the space has one)
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import asdict, dataclass
+from types import ModuleType
+
+SPACES = ("element", "pae", "coords")
+
+# What the env does for each kind of action.
+KINDS = (
+    "click",  # element
+    "type",  # element (None: the focused element), text, submit (press Enter afterwards)
+    "scroll",  # element (None: the window), direction up|down|left|right
+    "wait",
+    "back",
+    "goto",  # url
+    "google",  # the configured search engine
+    "home",  # the task's start page
+    "key",  # text: a key name, e.g. "Enter"
+    "tap",  # point (x, y) as fractions of the viewport
+    "swipe",  # point -> end, fractions of the viewport
+    "answer",  # text; ends the episode
+    "impossible",  # the agent gives up; ends the episode
+)
+TERMINAL = frozenset({"answer", "impossible"})
+
+
+class ParseError(ValueError):
+    """The model's text is not a valid action; the env reports it to the agent and the step counts."""
+
+
+@dataclass(frozen=True)
+class WebAction:
+    kind: str
+    element: int | None = None
+    text: str = ""
+    submit: bool = False
+    direction: str = ""
+    url: str = ""
+    point: tuple[float, float] | None = None
+    end: tuple[float, float] | None = None
+    thought: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown action kind {self.kind!r}; expected one of {KINDS}")
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v not in (None, "", False)}
+
+
+def get(name: str) -> ModuleType:
+    if name not in SPACES:
+        raise ValueError(f"unknown action space {name!r}; expected one of {SPACES}")
+    return importlib.import_module(f"envs.web.spaces.{name}")
+
+
+def try_parse(space: ModuleType, text: str, num_elements: int) -> tuple[WebAction | None, str | None]:
+    try:
+        return space.parse(text, num_elements), None
+    except ParseError as e:
+        return None, str(e)

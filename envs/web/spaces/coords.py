@@ -1,0 +1,70 @@
+"""The AutoUI coordinate format (see envs/autoui.py) on a web viewport. AutoUI text gives points as [y, x];
+`WebAction` points are (x, y), both as fractions of the viewport."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from envs.autoui import AutoUIAction, AutoUIParseError, is_tap, parse_autoui, render_autoui
+from envs.web.spaces import ParseError, WebAction
+
+# Only decides tap vs swipe; points stay fractions of whatever the real viewport is.
+VIEWPORT = (1024, 768)
+
+_SIMPLE_TO_WEB = {
+    "PRESS_BACK": WebAction("back"),
+    "PRESS_HOME": WebAction("home"),
+    "PRESS_ENTER": WebAction("key", text="Enter"),
+    "STATUS_TASK_COMPLETE": WebAction("answer", text=""),
+    "TASK_IMPOSSIBLE": WebAction("impossible"),
+}
+_SIMPLE_FROM_WEB = {action: action_type for action_type, action in _SIMPLE_TO_WEB.items()}
+
+
+def parse(text: str, num_elements: int) -> WebAction:
+    try:
+        action = parse_autoui(text)
+    except AutoUIParseError as e:
+        raise ParseError(str(e)) from e
+    return replace(_to_web(action), thought=action.plan)
+
+
+def render(action: WebAction) -> str:
+    text = render_autoui(_to_autoui(action))
+    # e.g. a "swipe" shorter than a tap, or a "type" into a given element, has no AutoUI form
+    try:
+        parsed = parse(text, 0)
+    except ParseError as e:
+        raise ValueError(f"the coords space cannot express {action}: {e}") from e
+    if parsed != replace(action, thought=action.thought.strip()):
+        raise ValueError(f"the coords space cannot express {action}")
+    return text
+
+
+def grammar(elements: list[dict], max_text: int = 32) -> None:
+    return None
+
+
+def _to_web(action: AutoUIAction) -> WebAction:
+    if action.action_type == "DUAL_POINT":
+        (y, x), (end_y, end_x) = action.touch_yx, action.lift_yx
+        if is_tap(action.touch_yx, action.lift_yx, *VIEWPORT):
+            return WebAction("tap", point=(x, y))
+        return WebAction("swipe", point=(x, y), end=(end_x, end_y))
+    if action.action_type == "TYPE":
+        return WebAction("type", text=action.typed_text)
+    return _SIMPLE_TO_WEB[action.action_type]
+
+
+def _to_autoui(action: WebAction) -> AutoUIAction:
+    plan = action.thought.strip()
+    if action.kind in ("tap", "swipe") and action.point is not None:
+        x, y = action.point
+        end_x, end_y = action.end if action.kind == "swipe" and action.end is not None else action.point
+        return AutoUIAction("DUAL_POINT", touch_yx=(y, x), lift_yx=(end_y, end_x), plan=plan)
+    if action.kind == "type":
+        return AutoUIAction("TYPE", typed_text=action.text, plan=plan)
+    simple = _SIMPLE_FROM_WEB.get(replace(action, thought=""))
+    if simple is None:
+        raise ValueError(f"the coords space has no form for {action}")
+    return AutoUIAction(simple, plan=plan)

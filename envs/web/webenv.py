@@ -1,0 +1,361 @@
+"""A web env for any site: set-of-marks observations, pluggable action spaces, waiting by page
+events instead of sleeps, and guards (domain allowlist, dialogs, new tabs, downloads, PDFs).
+
+One browser serves every episode; cookies, storage and cache are cleared between episodes and
+the browser is only relaunched (by the runner, on EnvBrokenError) when it breaks.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections import deque
+from functools import cache
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from selenium.common.exceptions import JavascriptException, UnexpectedAlertPresentException, WebDriverException
+from urllib3.exceptions import HTTPError
+
+from envs.web import spaces
+from envs.web.browser import Browser
+from envs.web.marks import draw_marks
+from envs.web.spaces import TERMINAL, WebAction
+from rlsys.config import EnvConfig
+from rlsys.env import EnvBrokenError, EnvSetupError
+from rlsys.types import Observation, StepResult, Task
+
+# Errors that mean the browser is gone or hung rather than that the action was bad.
+BROKEN = (WebDriverException, HTTPError, ConnectionError, TimeoutError)
+_DIALOG_RETRIES = 5
+
+
+@cache
+def _observe_script(page_state: str) -> str:
+    here = Path(__file__).parent
+    observe = (here / "observe.js").read_text().replace("/*EXTRA*/", page_state)
+    return (here / "elements.js").read_text() + "\n" + observe
+
+
+def host_allowed(url: str, allowed: set[str], start_scheme: str) -> bool:
+    """http(s) pages must be on an allowed host or its subdomains; other schemes only when the
+    task itself starts on that scheme (a local file suite); about:blank always."""
+    if url == "about:blank":
+        return True
+    parts = urlsplit(url)
+    if parts.scheme in ("http", "https"):
+        host = (parts.hostname or "").lower()
+        return any(host == d or host.endswith("." + d) for d in allowed)
+    return parts.scheme == start_scheme and parts.scheme not in ("javascript", "data", "chrome")
+
+
+def _host(url: str) -> str:
+    return (urlsplit(url).hostname or "").lower()
+
+
+class WebEnv:
+    # What subclasses for particular suites change.
+    root_selector = "body"
+    skip_ids: tuple[str, ...] = ()
+    page_state_script = "return null;"
+
+    def __init__(self, cfg: EnvConfig, env_id: str = "web", fuzzy_judge=None):
+        self.cfg = cfg
+        self.env_id = env_id
+        self.space = spaces.get(cfg.action_space)
+        self.fuzzy_judge = fuzzy_judge
+        self.browser = Browser(cfg.chromium, cfg.chromedriver, cfg.viewport, cfg.headless, cfg.step_timeout_s)
+        self.task: Task | None = None
+        self.url = ""
+        self._tabs = {self.driver.current_window_handle}  # tabs this env opened itself
+        self._elements: list[dict] = []
+        self._history: deque[dict] = deque(maxlen=max(cfg.history, 0) or None)
+        self._steps = 0
+        self._allowed: set[str] = set()
+        self._last_allowed_url = "about:blank"
+        self._downloads: dict[str, int] = {}
+        self.episodes_since_instance_reset = 0
+
+    @property
+    def driver(self):
+        return self.browser.driver
+
+    def pids(self) -> dict[str, list[int]]:
+        return self.browser.pids()
+
+    # -- episodes ---------------------------------------------------------------------------
+
+    def reset(self, task: Task) -> Observation:
+        if not task.start:
+            raise EnvSetupError(f"task {task.id!r} has no start URL")
+        try:
+            self._begin_episode(task)
+            events: dict = {}
+            self._with_dialogs(lambda: self.driver.get(task.start), events)
+            return self._observe(events)[0]
+        except BROKEN as e:
+            raise EnvBrokenError(f"browser failed during reset: {type(e).__name__}: {e}") from None
+
+    def _begin_episode(self, task: Task) -> None:
+        self.task = task
+        self._steps = 0
+        self._history.clear()
+        start_host = _host(task.start)
+        self._allowed = {d.lower() for d in self.cfg.allowed_domains} | {_host(self.cfg.search_engine)}
+        if start_host:
+            self._allowed.add(start_host)
+        self._keep_one_tab()
+        self.driver.get("about:blank")
+        self.browser.clear_state()
+        for path in self.browser.downloads.iterdir():
+            path.unlink(missing_ok=True)
+        self._downloads = {}
+        self.episodes_since_instance_reset += 1
+
+    def step(self, action_text: str) -> StepResult:
+        self._steps += 1
+        action, parse_error = spaces.try_parse(self.space, action_text, len(self._elements))
+        info: dict = {"parse_error": parse_error, "action": action.to_dict() if action else None}
+        events: dict = {}
+        try:
+            if action is not None and action.kind not in TERMINAL:
+                info["action_error"] = self._with_dialogs(lambda: self._perform(action, events), events)
+            obs, page_state = self._observe(events, feedback=parse_error or info.get("action_error"))
+        except BROKEN as e:
+            raise EnvBrokenError(f"browser failed during step: {type(e).__name__}: {e}") from None
+        info.update(events)
+        self._history.append(
+            {"step": self._steps, "action": action_text[:200], "url": self.url, "error": obs.extras["feedback"]}
+        )
+        done, reward = self._finish(action, page_state, info)
+        return StepResult(obs, reward, done, info)
+
+    def _finish(self, action: WebAction | None, page_state, info: dict) -> tuple[bool, float]:
+        """Whether the episode is over and its reward; sets info["outcome"] when it is."""
+        terminal = action is not None and action.kind in TERMINAL
+        if not terminal and self._steps < self.cfg.max_steps:
+            return False, 0.0
+        answer = action.text if terminal and action.kind == "answer" else ""
+        info["answer"] = answer
+        if self.task.checks:
+            from envs.web.webarena import evaluate
+
+            verdict = evaluate(self.task.checks, answer, self.url, self.driver, self.fuzzy_judge)
+            info["verdict"] = verdict.to_dict()
+            if verdict.success is None:
+                info["outcome"] = "unknown"
+                return True, 0.0
+            info["outcome"] = "success" if verdict.success else ("failure" if terminal else "timeout")
+            return True, float(verdict.reward)
+        # No programmatic check: an answer waits for a judge; running out of steps earns nothing.
+        info["outcome"] = "unknown" if terminal else "timeout"
+        return True, 0.0
+
+    # -- acting -----------------------------------------------------------------------------
+
+    def _perform(self, action: WebAction, events: dict) -> str | None:
+        """Carry out one action; a mistake of the agent's is returned as a message, never raised."""
+        width, height = self.browser.viewport
+        kind = action.kind
+        if kind == "click":
+            self.browser.click_at(*self._centre(action.element))
+        elif kind == "tap":
+            self.browser.click_at(action.point[0] * width, action.point[1] * height)
+        elif kind == "type":
+            if action.element is not None:
+                self.browser.click_at(*self._centre(action.element))
+                if not self.driver.execute_script(_SELECT_FOR_TYPING, action.element):
+                    return f"element [{action.element}] does not take text"
+            self.browser.insert_text(action.text)
+            if action.submit:
+                self.browser.press_enter()
+        elif kind == "key":
+            if action.text != "Enter":
+                return f"key {action.text!r} is not supported"
+            self.browser.press_enter()
+        elif kind == "scroll":
+            sign = -1 if action.direction in ("up", "left") else 1
+            vertical = action.direction in ("up", "down")
+            self.driver.execute_script(_SCROLL, action.element, sign, vertical)
+        elif kind == "swipe":
+            (x0, y0), (x1, y1) = action.point, action.end
+            # a finger moving up drags the content up: the page scrolls down
+            self.browser.wheel_at(x0 * width, y0 * height, (x0 - x1) * width, (y0 - y1) * height)
+        elif kind == "wait":
+            time.sleep(self.cfg.wait_action_s)
+        elif kind == "back":
+            self.driver.back()
+        elif kind in ("goto", "google", "home"):
+            url = {"goto": action.url, "google": self.cfg.search_engine, "home": self.task.start}[kind]
+            if not self._may_visit(url):
+                events.setdefault("blocked", []).append(url)
+                return f"navigation to {url} is not allowed"
+            self.driver.get(url)
+        return None
+
+    def _centre(self, index: int) -> tuple[float, float]:
+        left, top, width, height = self._elements[index]["box"]
+        return left + width / 2, top + height / 2
+
+    def _may_visit(self, url: str) -> bool:
+        return self.cfg.allow_all_domains or host_allowed(url, self._allowed, urlsplit(self.task.start).scheme)
+
+    def _with_dialogs(self, call, events: dict):
+        """Run a WebDriver call; a JS dialog in the way is accepted (by the driver) and its text
+        reported, and the call is made again."""
+        for _ in range(_DIALOG_RETRIES):
+            try:
+                return call()
+            except UnexpectedAlertPresentException as e:
+                events.setdefault("dialogs", []).append(e.alert_text or "")
+        return call()
+
+    # -- observing --------------------------------------------------------------------------
+
+    def _observe(self, events: dict, feedback: str | None = None) -> tuple[Observation, object]:
+        self._follow_or_close_new_tabs(events)
+        page = self._with_dialogs(self._settle_and_read, events)
+        if not self._may_visit(page["url"]):
+            events.setdefault("blocked", []).append(page["url"])
+            feedback = feedback or f"navigation to {page['url']} is not allowed; went back"
+            self._with_dialogs(lambda: self.driver.get(self._last_allowed_url), events)
+            page = self._with_dialogs(self._settle_and_read, events)
+        self._last_allowed_url = self.url = page["url"]
+        self._check_downloads(page, events)
+        if not feedback and events.get("dialogs"):
+            feedback = "the page showed a dialog, which was accepted: " + events["dialogs"][-1][:200]
+        self._elements = page["elements"][: self.cfg.max_elements]
+        png = self.browser.screenshot_png()
+        if self.cfg.set_of_marks:
+            png = draw_marks(png, self._elements)
+        extras = {
+            "elements": self._elements,
+            "history": list(self._history),
+            "feedback": feedback,
+            "settled": page["settled"],
+            "settle_ms": round(page["settle_ms"], 1),
+        }
+        grammar = getattr(self.space, "grammar", None)
+        if grammar is not None and (built := grammar(self._elements)) is not None:
+            extras["grammar"] = built.to_dict()
+        obs = Observation(png, self._ui_text(), self.url, self._instruction(), extras)
+        return obs, page["extra"]
+
+    def _settle_and_read(self) -> dict:
+        script = _observe_script(self.page_state_script)
+        args = (self.root_selector, list(self.skip_ids), self.cfg.settle_quiet_ms, self.cfg.settle_timeout_s * 1000)
+        for _ in range(3):
+            try:
+                return self.driver.execute_async_script(script, *args)
+            except JavascriptException as e:  # the page navigated away while we waited: wait on the new one
+                if "unload" not in (e.msg or ""):
+                    raise
+        return self.driver.execute_async_script(script, *args)
+
+    def _follow_or_close_new_tabs(self, events: dict) -> None:
+        handles = self.driver.window_handles
+        new = [h for h in handles if h not in self._tabs]
+        if not new:
+            return
+        opened = []
+        for handle in new:
+            self.driver.switch_to.window(handle)
+            opened.append(self.driver.current_url)
+            if self.cfg.new_tabs == "close":
+                self.driver.close()
+        events["new_tabs"] = {"policy": self.cfg.new_tabs, "urls": opened}
+        if self.cfg.new_tabs == "follow":
+            self._tabs.add(new[-1])
+            self.browser.prepare_tab()
+            self._keep_one_tab()
+        else:
+            self.driver.switch_to.window(self._current_tab)
+
+    @property
+    def _current_tab(self) -> str:
+        return next(iter(self._tabs))
+
+    def _keep_one_tab(self) -> None:
+        """Close every tab but the newest this env owns."""
+        keep = self.driver.current_window_handle if self.driver.current_window_handle in self._tabs else None
+        keep = keep or self._current_tab
+        for handle in self.driver.window_handles:
+            if handle != keep:
+                self.driver.switch_to.window(handle)
+                self.driver.close()
+        self.driver.switch_to.window(keep)
+        self._tabs = {keep}
+
+    def _check_downloads(self, page: dict, events: dict) -> None:
+        cap = self.cfg.download_max_mb * 1e6
+        for path in sorted(self.browser.downloads.iterdir()):
+            size = path.stat().st_size
+            if self._downloads.get(path.name) == size:
+                continue
+            self._downloads[path.name] = size
+            entry = {"name": path.name, "bytes": size, "complete": not path.name.endswith(".crdownload")}
+            if size > cap:
+                path.unlink(missing_ok=True)
+                entry["removed"] = f"over the {self.cfg.download_max_mb} MB cap"
+            events.setdefault("downloads", []).append(entry)
+            if path.name.lower().removesuffix(".crdownload").endswith(".pdf"):
+                events.setdefault("pdf", []).append(path.name)
+        if page["content_type"] == "application/pdf":
+            events.setdefault("pdf", []).append(page["url"])
+
+    def _ui_text(self) -> str:
+        return "\n".join(
+            f'[{i}] {e["tag"]}{(" " + e["type"]) if e["type"] else ""} "{e["text"]}"'
+            for i, e in enumerate(self._elements)
+        )
+
+    def _instruction(self) -> str:
+        return self.task.instruction if self.task else ""
+
+    # -- self-hosted sites ------------------------------------------------------------------
+
+    def instance_reset_due(self) -> bool:
+        every = self.cfg.instance_reset_every
+        return bool(self.cfg.instance_reset_command) and every > 0 and self.episodes_since_instance_reset >= every
+
+    def reset_instance(self) -> dict:
+        """Run the configured site-reset command (between episodes, never inside a step)."""
+        t0 = time.monotonic()
+        try:
+            proc = subprocess.run(
+                self.cfg.instance_reset_command,
+                capture_output=True,
+                text=True,
+                timeout=self.cfg.instance_reset_timeout_s,
+            )
+            ok, detail = proc.returncode == 0, (proc.stderr or proc.stdout)[-500:]
+        except (OSError, subprocess.TimeoutExpired) as e:
+            ok, detail = False, f"{type(e).__name__}: {e}"
+        self.episodes_since_instance_reset = 0
+        return {"ok": ok, "seconds": round(time.monotonic() - t0, 3), "detail": detail}
+
+    def close(self) -> None:
+        self.browser.close()
+
+
+_SELECT_FOR_TYPING = """
+const el = window.__rlsysElements[arguments[0]];
+const target = document.activeElement && document.activeElement !== document.body ? document.activeElement : el;
+const editable = target.isContentEditable || target.tagName === "TEXTAREA"
+  || (target.tagName === "INPUT" && !["checkbox", "radio", "button", "submit", "file", "image", "reset"]
+      .includes(target.type));
+if (!editable) return false;
+target.focus();
+if (target.select) target.select();
+else { const range = document.createRange(); range.selectNodeContents(target);
+       getSelection().removeAllRanges(); getSelection().addRange(range); }
+return true;
+"""
+
+_SCROLL = """
+const [index, sign, vertical] = arguments;
+const target = index === null ? null : window.__rlsysElements[index];
+const size = target ? (vertical ? target.clientHeight : target.clientWidth) : (vertical ? innerHeight : innerWidth);
+const delta = sign * Math.round(size * 2 / 3);
+(target || window).scrollBy(vertical ? 0 : delta, vertical ? delta : 0);
+"""

@@ -1,0 +1,40 @@
+"""The Evaluator contract (DESIGN.md §3): programmatic checks and VLM judges return a Verdict."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from rlsys.types import Task, Trajectory
+
+
+@dataclass
+class Verdict:
+    """`success` is None when no verdict could be had; such a trajectory is never trained on."""
+
+    success: bool | None
+    source: str
+    reason: str = ""
+    raw: str = ""
+    latency_s: float = 0.0
+    score: float | None = None  # a graded score in [0, 1] where the check has one
+
+    @property
+    def reward(self) -> float | None:
+        if self.success is None:
+            return None
+        return float(self.score if self.score is not None else self.success)
+
+    def to_dict(self) -> dict:
+        return {
+            "success": self.success,
+            "source": self.source,
+            "reason": self.reason,
+            "raw": self.raw,
+            "latency_s": self.latency_s,
+            "score": self.score,
+        }
+
+
+class Evaluator(Protocol):
+    def judge(self, task: Task, trajectory: Trajectory) -> Verdict: ...

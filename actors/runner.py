@@ -12,12 +12,19 @@ from rlsys.env import EnvBrokenError
 from rlsys.types import Step, Task, Trajectory
 from rlsys.weights import pull_if_newer
 
+# Keys of an env's step info that the Step already holds elsewhere.
+_STEP_FIELDS = ("action", "parse_error", "action_error")
+
 
 def make_env(cfg: Config, env_id: str):
     if cfg.env.kind == "miniwob":
         from envs.web.miniwob import MiniWoBEnv
 
         return MiniWoBEnv(cfg.env, env_id)
+    if cfg.env.kind == "web":
+        from envs.web.webenv import WebEnv
+
+        return WebEnv(cfg.env, env_id)
     raise ValueError(f"unknown env.kind {cfg.env.kind!r}")
 
 
@@ -76,6 +83,8 @@ class EnvRunner:
         try:
             env = self._ensure_env()
             env_id = env.env_id
+            # a self-hosted site due for its reset gets it here, between episodes
+            instance_reset = env.reset_instance() if getattr(env, "instance_reset_due", lambda: False)() else None
             t0 = time.perf_counter()
             obs = env.reset(task)
             task.instruction = task.instruction or obs.task
@@ -100,8 +109,11 @@ class EnvRunner:
                         logprob=sample.logprob,
                         timings={"act_s": t1 - t0, "env_s": t2 - t1, **({"reset_s": reset_s} if not steps else {})},
                         error=info.get("parse_error") or info.get("action_error"),
+                        info={k: v for k, v in info.items() if k not in _STEP_FIELDS and v is not None},
                     )
                 )
+                if instance_reset is not None and len(steps) == 1:
+                    steps[0].info["instance_reset"] = instance_reset
                 self.episode_steps = len(steps)
                 obs = result.observation
                 if result.done:

@@ -228,6 +228,17 @@ def load_config(path: str | os.PathLike | None, overrides: list[str] = (), data:
     return build(Config, unresolved_dict(path, overrides, data))
 
 
+def check_consistency(cfg: Config) -> None:
+    """Rules that span sections."""
+    if cfg.policy.kind == "tiny_t5" and cfg.env.action_space != "element":
+        raise ConfigError(
+            f"policy.kind = 'tiny_t5' decodes with the element grammar; set env.action_space = 'element' "
+            f"(got {cfg.env.action_space!r})"
+        )
+    if len(cfg.env.viewport) != 2 or min(cfg.env.viewport) <= 0:
+        raise ConfigError(f"env.viewport must be [width, height] in pixels, got {cfg.env.viewport}")
+
+
 def build(cls: type, data: Any, prefix: str = "") -> Any:
     if not isinstance(data, dict):
         raise ConfigError(f"{prefix or 'config'}: expected a mapping, got {type(data).__name__}")
@@ -241,7 +252,10 @@ def build(cls: type, data: Any, prefix: str = "") -> Any:
             hint = f"; did you mean {(prefix + '.' if prefix else '') + close!r}?" if close else ""
             raise ConfigError(f"unknown config key {path!r}{hint} (valid: {', '.join(names)})")
         kwargs[key] = _coerce(hints[key], value, path)
-    return cls(**kwargs)
+    built = cls(**kwargs)
+    if cls is Config:
+        check_consistency(built)
+    return built
 
 
 def closest(key: str, names: list[str]) -> str | None:

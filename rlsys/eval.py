@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from rlsys.config import ConfigError, load_config
+from rlsys.tasks import check_tasks
 
 
 def main(argv=None) -> int:
@@ -23,6 +24,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     try:
         cfg = load_config(args.config, args.overrides)
+        check_tasks(cfg.tasks, cfg.env.kind)
     except ConfigError as e:
         print(f"config error: {e}", file=sys.stderr)
         return 2
@@ -38,7 +40,7 @@ def main(argv=None) -> int:
     from actors.pool import RunnerPool
     from rlsys.metrics import summarize_eval
     from rlsys.policies import build_policy
-    from rlsys.tasks import eval_tasks
+    from rlsys.tasks import eval_groups, eval_tasks
     from rlsys.trainer import init_ray
     from rlsys.weights import WeightStore
 
@@ -46,9 +48,10 @@ def main(argv=None) -> int:
     store = ray.remote(WeightStore).options(num_cpus=0).remote()
     ray.get(store.publish.remote(0, build_policy(cfg.policy).state_dict()))
     pool = RunnerPool(cfg, store, seed=cfg.run.seed)
-    names = cfg.tasks.eval or cfg.tasks.train
+    tasks = eval_tasks(cfg.tasks, cfg.run.eval_episodes)
+    names = eval_groups(tasks)
     try:
-        results = pool.play(eval_tasks(names, cfg.run.eval_episodes))
+        results = pool.play(tasks)
     finally:
         pool.shutdown()
         if started_ray:

@@ -38,3 +38,13 @@ class Verdict:
 
 class Evaluator(Protocol):
     def judge(self, task: Task, trajectory: Trajectory) -> Verdict: ...
+
+
+def judge_inputs(trajectory: Trajectory, screenshots: int = 3) -> tuple[str | None, list[bytes]]:
+    """What a PAE-style judge sees: the agent's final answer (None if it never answered) and the
+    last `screenshots` screenshots, oldest first. On an answering step the env acts on nothing,
+    so the last observation is the screen the agent answered on."""
+    if not trajectory.steps:
+        return None, []
+    answer = trajectory.steps[-1].info.get("answer") or None
+    return answer, [s.observation.screenshot_png for s in trajectory.steps[-screenshots:]]

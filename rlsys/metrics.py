@@ -9,6 +9,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from rlsys.config import Config
+from rlsys.tasks import task_group
 
 
 class MetricsLogger:
@@ -55,7 +56,7 @@ class MetricsLogger:
             self._wandb.finish()
 
 
-def summarize_eval(results: list, task_names: list[str]) -> dict:
+def summarize_eval(results: list, groups: list[str]) -> dict:
     """Success rates over evaluation trajectories; env errors are counted, not scored."""
     judged = [t for t in results if t.outcome != "env_error"]
     rate = lambda ts: sum(t.outcome == "success" for t in ts) / len(ts) if ts else None
@@ -64,8 +65,8 @@ def summarize_eval(results: list, task_names: list[str]) -> dict:
         "eval/episodes": len(results),
         "eval/env_errors": len(results) - len(judged),
     }
-    for name in task_names:
-        out[f"eval/success_rate/{name}"] = rate([t for t in judged if t.task.start == name])
+    for group in groups:
+        out[f"eval/success_rate/{group}"] = rate([t for t in judged if task_group(t.task) == group])
     return out
 
 

@@ -38,6 +38,7 @@ SCHEMA = pa.schema(
         ("logprob", pa.float64()),
         ("timings", pa.string()),
         ("step_error", pa.string()),
+        ("step_info", pa.string()),  # JSON: what the env reported besides the observation
     ]
 )
 
@@ -72,6 +73,7 @@ def to_table(trajectories: Iterable[Trajectory]) -> pa.Table:
             "logprob": step.logprob if step else None,
             "timings": json.dumps(step.timings) if step else None,
             "step_error": step.error if step else None,
+            "step_info": json.dumps(step.info) if step else None,
         }
         for k, v in values.items():
             rows[k].append(v)
@@ -118,6 +120,7 @@ def from_table(table: pa.Table) -> list[Trajectory]:
                 logprob=r["logprob"],
                 timings=json.loads(r["timings"]),
                 error=r["step_error"],
+                info=json.loads(r["step_info"]),
             )
         )
     return list(out.values())

@@ -1,9 +1,11 @@
-"""Task sources: which task an env runner plays next."""
+"""Task sources: which task an env runner plays next, and the fixed evaluation problems."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
+from rlsys.config import ConfigError, TasksConfig
 from rlsys.types import Task
 
 EVAL_SEED_BASE = 1_000_000  # evaluation problems never share a seed with training ones
@@ -13,24 +15,59 @@ def miniwob_task(name: str, seed: int, split: str) -> Task:
     return Task(id=f"{name}#{seed}", instruction="", suite="miniwob", split=split, start=name, meta={"seed": seed})
 
 
-class TaskSource:
-    """Training tasks, drawn at random (or in order) with fresh seeds; its state is checkpointed."""
+def task_group(task: Task) -> str:
+    """What success rates are reported per: the MiniWoB++ task, or the website."""
+    return task.start if task.suite == "miniwob" else task.meta.get("web_name") or task.suite
 
-    def __init__(self, names: list[str], sampling: str = "random", seed: int = 0):
-        if not names:
-            raise ValueError("tasks.train must name at least one task")
-        self.names = list(names)
-        self.sampling = sampling
+
+def miniwob_names(names: list[str]) -> list[str]:
+    """`["all"]` means every task the installed `miniwob` package ships; unknown names are an error."""
+    from envs.web.miniwob import available_tasks
+
+    available = available_tasks()
+    if names == ["all"]:
+        return available
+    unknown = [n for n in names if n not in available]
+    if unknown:
+        raise ConfigError(f"tasks: unknown MiniWoB++ task(s) {unknown}; see envs.web.miniwob.available_tasks()")
+    return list(names)
+
+
+def load_suite(cfg: TasksConfig, split: str) -> list[Task]:
+    """The tasks of a web suite from its JSONL file (`tasks.eval_file` for evaluation, if set)."""
+    from envs.web.task_files import load_task_file
+
+    path = (cfg.eval_file or cfg.file) if split == "eval" else cfg.file
+    if not path:
+        raise ConfigError(f"tasks.suite = {cfg.suite!r} needs tasks.file (a JSONL task file)")
+    return load_task_file(path, split=split, url_map=cfg.url_map, suite=cfg.suite)
+
+
+class TaskSource:
+    """Training tasks, drawn at random (or in order); MiniWoB++ problems get fresh seeds.
+    Its state is checkpointed, so a resumed run draws the tasks it would have drawn."""
+
+    def __init__(self, cfg: TasksConfig, seed: int = 0):
+        self.suite = cfg.suite
+        self.sampling = cfg.sampling
+        if cfg.suite == "miniwob":
+            self.pool: list = miniwob_names(cfg.train)
+        else:
+            self.pool = load_suite(cfg, "train")
+        if not self.pool:
+            raise ConfigError("tasks: the training task list is empty")
         self._rng = random.Random(seed)
         self.drawn = 0
 
     def next(self) -> Task:
         if self.sampling == "sequential":
-            name = self.names[self.drawn % len(self.names)]
+            item = self.pool[self.drawn % len(self.pool)]
         else:
-            name = self._rng.choice(self.names)
+            item = self._rng.choice(self.pool)
         self.drawn += 1
-        return miniwob_task(name, self._rng.randrange(EVAL_SEED_BASE), "train")
+        if self.suite == "miniwob":
+            return miniwob_task(item, self._rng.randrange(EVAL_SEED_BASE), "train")
+        return dataclasses.replace(item, meta=dict(item.meta))
 
     def state_dict(self) -> dict:
         version, internal, gauss = self._rng.getstate()
@@ -42,6 +79,30 @@ class TaskSource:
         self.drawn = state["drawn"]
 
 
-def eval_tasks(names: list[str], episodes: int) -> list[Task]:
-    """The same problems at every evaluation: `episodes` spread evenly over the tasks, fixed seeds."""
-    return [miniwob_task(names[i % len(names)], EVAL_SEED_BASE + i, "eval") for i in range(episodes)]
+def eval_tasks(cfg: TasksConfig, episodes: int) -> list[Task]:
+    """The same problems at every evaluation: MiniWoB++ tasks spread evenly with fixed seeds; a web
+    suite's evaluation tasks in file order (at most `episodes`, repeated if there are fewer)."""
+    if cfg.suite == "miniwob":
+        names = miniwob_names(cfg.eval or cfg.train)
+        return [miniwob_task(names[i % len(names)], EVAL_SEED_BASE + i, "eval") for i in range(episodes)]
+    tasks = load_suite(cfg, "eval")
+    return [dataclasses.replace(tasks[i % len(tasks)]) for i in range(episodes)]
+
+
+def eval_groups(tasks: list[Task]) -> list[str]:
+    return list(dict.fromkeys(task_group(t) for t in tasks))
+
+
+def check_tasks(cfg: TasksConfig, env_kind: str) -> None:
+    """Every task problem as a ConfigError, before anything starts: a suite the env cannot play,
+    an unknown task name, a bad task file (with its line number)."""
+    from envs.web.task_files import TaskFileError
+
+    wanted = "miniwob" if cfg.suite == "miniwob" else "web"
+    if env_kind != wanted:
+        raise ConfigError(f"tasks.suite = {cfg.suite!r} is played by env.kind = {wanted!r}, not {env_kind!r}")
+    try:
+        TaskSource(cfg)
+        eval_tasks(cfg, 1)
+    except TaskFileError as e:
+        raise ConfigError(str(e)) from None

@@ -7,6 +7,7 @@ import os
 import sys
 
 from rlsys.config import Config, ConfigError, build, save_config, unresolved_dict
+from rlsys.tasks import check_tasks
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -26,6 +27,7 @@ def main(argv=None) -> int:
     try:  # every config problem is reported before Ray starts
         raw = unresolved_dict(config_path, args.overrides)
         cfg = build(Config, raw)
+        check_tasks(cfg.tasks, cfg.env.kind)
         if args.resume:
             cfg.run.output_dir = args.resume
     except ConfigError as e:

@@ -21,7 +21,7 @@ from rlsys import checkpoint
 from rlsys.config import Config, redacted_dict, to_dict
 from rlsys.metrics import MetricsLogger, read_metrics, summarize_eval
 from rlsys.storage import ShardWriter
-from rlsys.tasks import TaskSource, eval_tasks
+from rlsys.tasks import TaskSource, eval_groups, eval_tasks
 from rlsys.types import Trajectory
 
 log = logging.getLogger(__name__)
@@ -64,7 +64,7 @@ class Trainer:
         self.run_dir = Path(run_dir)
         self.iteration = 0
         self.counters: Counter = Counter()
-        self.tasks = TaskSource(cfg.tasks.train, cfg.tasks.sampling, cfg.run.seed)
+        self.tasks = TaskSource(cfg.tasks, cfg.run.seed)
         self.writer = ShardWriter(self.run_dir / "trajectories")
         self.eval_writer = ShardWriter(self.run_dir / "trajectories" / "eval")
 
@@ -131,8 +131,8 @@ class Trainer:
             self._handle(self.pool.wait(1.0), None)
 
     def evaluate(self) -> dict:
-        names = self.cfg.tasks.eval or self.cfg.tasks.train
-        queue = eval_tasks(names, self.cfg.run.eval_episodes)
+        queue = eval_tasks(self.cfg.tasks, self.cfg.run.eval_episodes)
+        groups = eval_groups(queue)
         results: list[Trajectory] = []
         while len(results) < self.cfg.run.eval_episodes:
             self._fill_runners(explore=False, queue=queue)
@@ -141,7 +141,7 @@ class Trainer:
                 self._fill_runners(explore=True)
             self._handle(self.pool.wait(1.0), results)
         self.eval_writer.write(results)
-        return summarize_eval(results, names)
+        return summarize_eval(results, groups)
 
     # ------------------------------------------------------------------ learning
 

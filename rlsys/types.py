@@ -71,6 +71,7 @@ class Step:
     logprob: float | None
     timings: dict = field(default_factory=dict)
     error: str | None = None
+    info: dict = field(default_factory=dict)  # env events: dialogs, blocked navigation, answer, verdict
 
 
 @dataclass

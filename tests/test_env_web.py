@@ -6,20 +6,31 @@ import signal
 import sys
 import time
 
+import psutil
 import pytest
-from conftest import assert_no_browsers_left, make_config
+from conftest import make_config
 from PIL import Image
 
 from envs.autoui import AutoUIAction, render_autoui
 from envs.web.webenv import WebEnv
+from rlsys.config import EnvConfig, build
 from rlsys.env import EnvBrokenError
-from rlsys.types import Task
+from rlsys.evaluator import judge_inputs
+from rlsys.types import Step, Task, Trajectory
 
 
 def web_config(tmp_path, **env):
-    overrides = {"env__kind": "web", "env__viewport": [1024, 768], "env__max_steps": 30}
-    overrides.update({f"env__{k}": v for k, v in env.items()})
-    return make_config(tmp_path, **overrides).env
+    """An env config alone: the web env does not care which policy drives it."""
+    base = make_config(tmp_path).env
+    data = {
+        "kind": "web",
+        "viewport": [1024, 768],
+        "max_steps": 30,
+        "chromium": base.chromium,
+        "chromedriver": base.chromedriver,
+        **env,
+    }
+    return build(EnvConfig, data, "env")
 
 
 @pytest.fixture(scope="module")
@@ -107,8 +118,36 @@ def test_pae_navigation_scroll_wait_and_answer(env, site):
     assert result.reward == 0.0  # no programmatic check: a judge decides
 
 
+def test_judge_sees_the_answer_and_the_last_screenshots(env, site):
+    observations, steps = [env.reset(task(site))], []
+    for text in (pae("Scroll [WINDOW]; [down]"), pae("Scroll [WINDOW]; [up]"), pae("ANSWER; [forty-two]")):
+        result = env.step(text)
+        steps.append(
+            Step(
+                observations[-1], text, result.info.get("action"), result.reward, result.done, 0, None, info=result.info
+            )
+        )
+        observations.append(result.observation)
+    answer, screenshots = judge_inputs(Trajectory(task(site), steps, "unknown"), screenshots=2)
+    assert answer == "forty-two"
+    assert screenshots == [observations[1].screenshot_png, observations[2].screenshot_png]
+    assert judge_inputs(Trajectory(task(site), steps[:1], "timeout"))[0] is None
+
+
+def assert_all_gone(pids: dict, timeout=10.0):
+    alive = lambda: [
+        p
+        for group in pids.values()
+        for p in group
+        if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+    ]
+    deadline = time.monotonic() + timeout
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not alive(), f"processes outlived the env: {alive()}"
+
+
 def test_format_errors_are_observations_and_count_as_steps(tmp_path, site):
-    t0 = time.time()
     env = WebEnv(web_config(tmp_path, action_space="pae", max_steps=3))
     try:
         env.reset(task(site))
@@ -116,9 +155,11 @@ def test_format_errors_are_observations_and_count_as_steps(tmp_path, site):
             result = env.step(text)
             assert result.info["parse_error"] and result.observation.extras["feedback"] == result.info["parse_error"]
         assert result.done and result.info["outcome"] == "timeout" and page_text(env) == "nothing yet"
+        pids = env.pids()
     finally:
         env.close()
-    assert_no_browsers_left(t0)
+    assert pids["chromedriver"] and pids["chromium"]
+    assert_all_gone(pids)
 
 
 def autoui(action_type, touch=(-1.0, -1.0), lift=None, text=""):
@@ -271,10 +312,10 @@ def test_instance_reset_runs_between_episodes(tmp_path, env, site):
 
 
 def test_killed_browser_raises_env_broken_and_nothing_is_left(tmp_path, site):
-    t0 = time.time()
     env = WebEnv(web_config(tmp_path, action_space="pae"))
     env.reset(task(site))
-    for pid in env.pids()["chromium"]:
+    pids = env.pids()
+    for pid in pids["chromium"]:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -282,4 +323,4 @@ def test_killed_browser_raises_env_broken_and_nothing_is_left(tmp_path, site):
     with pytest.raises(EnvBrokenError):
         env.step(pae("Scroll [WINDOW]; [down]"))
     env.close()
-    assert_no_browsers_left(t0)
+    assert_all_gone(pids)

@@ -1,7 +1,9 @@
-"""Runners on real Ray with real Chromium: weight pulls, and failures mid-episode."""
+"""Runners on real Ray with real Chromium: weight pulls, web suites, and failures mid-episode."""
 
+import json
 import os
 import signal
+import sys
 import time
 
 import psutil
@@ -123,3 +125,41 @@ def test_actor_killed_mid_episode_is_env_error_and_pool_replaces_it(pool):
     pool.submit(miniwob_task("click-test-2", 4, "train"))
     ((traj, _),) = collect(pool, 1)
     assert traj.outcome in ("success", "failure", "timeout") and traj.steps
+
+
+def test_runner_plays_a_web_suite_and_keeps_what_the_env_reported(ray_session, tmp_path, site):
+    from envs.web.task_files import load_task_file
+    from rlsys.storage import read_shard, write_shard
+
+    checks = {"eval_types": ["url_match"], "reference_url": "__SITE__/actions.html"}
+    row = {"web_name": "local", "id": "local--0", "ques": "Stay here", "web": "__SITE__/actions.html", "eval": checks}
+    (tmp_path / "tasks.jsonl").write_text(json.dumps(row) + "\n")
+    (task,) = load_task_file(tmp_path / "tasks.jsonl", url_map={"__SITE__": site})
+    marker = tmp_path / "instance-reset"
+    cfg = make_config(
+        tmp_path,
+        env__kind="web",
+        env__max_steps=2,
+        env__instance_reset_every=1,
+        env__instance_reset_command=[sys.executable, "-c", f"open({str(marker)!r}, 'a').write('x')"],
+        tasks__suite="webarena",
+        tasks__file=str(tmp_path / "tasks.jsonl"),
+        tasks__url_map={"__SITE__": site},
+    )
+    store = ray.remote(WeightStore).remote()
+    ray.get(store.publish.remote(0, weights(cfg, 0)))
+    runner = RemoteEnvRunner.options(num_cpus=0.25, resources={"browser": 1}).remote("web0", cfg, store, 7)
+    try:
+        first, second = (ray.get(runner.run_episode.remote(task), timeout=120) for _ in range(2))
+    finally:
+        ray.get(runner.close.remote())
+    for traj in (first, second):
+        final = traj.steps[-1]
+        assert traj.outcome in ("success", "timeout") and len(traj.steps) == 2
+        assert final.info["verdict"]["source"] == "webarena" and final.info["answer"] == ""
+        assert traj.task.instruction == "Stay here" and traj.steps[0].observation.location == f"{site}/actions.html"
+    assert "instance_reset" not in first.steps[0].info  # due after one episode, run before the next
+    assert second.steps[0].info["instance_reset"]["ok"] and marker.read_text() == "x"
+    write_shard(tmp_path / "shard.parquet", [second])
+    (stored,) = read_shard(tmp_path / "shard.parquet")
+    assert [s.info for s in stored.steps] == [s.info for s in second.steps]

@@ -1,0 +1,82 @@
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+from conftest import make_config
+
+from envs.web.miniwob import available_tasks
+from rlsys.config import ConfigError
+from rlsys.tasks import TaskSource, check_tasks, eval_groups, eval_tasks
+
+
+def write_tasks(path, rows):
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return str(path)
+
+
+ROWS = [
+    {"web_name": "shop", "id": f"shop--{i}", "ques": f"Find item {i}", "web": "__SHOP__/index.html"} for i in range(3)
+] + [{"web_name": "wiki", "id": "wiki--0", "ques": "Read the page", "web": "https://en.wikipedia.org/"}]
+
+
+def web_tasks(tmp_path, **tasks):
+    file = write_tasks(tmp_path / "tasks.jsonl", ROWS)
+    values = {"suite": "webvoyager", "file": file, "url_map": {"__SHOP__": "http://127.0.0.1:7770"}, **tasks}
+    return make_config(tmp_path, env__kind="web", **{f"tasks__{k}": v for k, v in values.items()}).tasks
+
+
+def test_all_miniwob_tasks_and_unknown_names(tmp_path):
+    cfg = make_config(tmp_path, tasks__train=["all"]).tasks
+    assert TaskSource(cfg).pool == available_tasks() and len(available_tasks()) > 100
+    with pytest.raises(ConfigError, match="click-tset"):
+        TaskSource(make_config(tmp_path, tasks__train=["click-test", "click-tset"]).tasks)
+
+
+def test_web_suite_draws_copies_in_order_and_resumes(tmp_path):
+    cfg = web_tasks(tmp_path, sampling="sequential")
+    source = TaskSource(cfg)
+    drawn = [source.next() for _ in range(5)]
+    assert [t.id for t in drawn] == ["shop--0", "shop--1", "shop--2", "wiki--0", "shop--0"]
+    assert drawn[0].start == "http://127.0.0.1:7770/index.html"
+    drawn[0].meta["touched"] = True  # a runner may annotate its task; the pool stays clean
+    assert source.pool[0].meta == {"web_name": "shop"}
+    random_source = TaskSource(web_tasks(tmp_path))
+    [random_source.next() for _ in range(3)]
+    state = random_source.state_dict()
+    expected = [random_source.next().id for _ in range(6)]
+    resumed = TaskSource(web_tasks(tmp_path))
+    resumed.load_state_dict(state)
+    assert [resumed.next().id for _ in range(6)] == expected
+
+
+def test_web_eval_tasks_come_from_the_eval_file_in_order(tmp_path):
+    eval_file = write_tasks(tmp_path / "eval.jsonl", ROWS[2:])
+    tasks = eval_tasks(web_tasks(tmp_path, eval_file=eval_file), 3)
+    assert [t.id for t in tasks] == ["shop--2", "wiki--0", "shop--2"] and {t.split for t in tasks} == {"eval"}
+    assert eval_groups(tasks) == ["shop", "wiki"]
+
+
+def test_suite_env_mismatch_and_bad_files_are_config_errors(tmp_path):
+    with pytest.raises(ConfigError, match="env.kind = 'web'"):
+        check_tasks(web_tasks(tmp_path), "miniwob")
+    with pytest.raises(ConfigError, match="needs tasks.file"):
+        check_tasks(make_config(tmp_path, env__kind="web", tasks__suite="webvoyager").tasks, "web")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(ROWS[3]) + "\n{not json\n")
+    with pytest.raises(ConfigError, match=r"bad.jsonl:2"):
+        check_tasks(web_tasks(tmp_path, file=str(bad)), "web")
+    with pytest.raises(ConfigError, match="env.action_space = 'element'"):
+        make_config(tmp_path, env__action_space="pae")
+
+
+def test_cli_reports_a_bad_task_file_before_ray_starts(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"web_name": "x", "id": "x--0", "ques": "", "web": "https://x.org"}) + "\n")
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({"env": {"kind": "web"}, "tasks": {"suite": "webvoyager", "file": str(bad)}}))
+    proc = subprocess.run(
+        [sys.executable, "-m", "rlsys.train", "--config", str(config)], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 2 and "bad.jsonl:1" in proc.stderr and "ques" in proc.stderr

@@ -68,3 +68,14 @@ def test_setup_errors_name_the_problem(tmp_path):
     with pytest.raises(EnvSetupError, match="env.chromium = '/nonexistent/chromium'"):
         MiniWoBEnv(cfg)
     assert "click-test-2" in available_tasks()
+
+
+def test_task_pages_beyond_the_tab_cache_replace_the_oldest(tmp_path):
+    env = MiniWoBEnv(make_config(tmp_path, env__max_tabs=2).env, "tabs")
+    try:
+        for name in ("click-test-2", "click-tab", "focus-text-2", "click-test-2", "click-button-sequence"):
+            obs = env.reset(miniwob_task(name, 3, "train"))
+            assert obs.location.endswith(f"/{name}.html") and obs.task
+            assert len(env.driver.window_handles) <= 2
+    finally:
+        env.close()

@@ -84,6 +84,8 @@ class MiniWoBEnv(WebEnv):
                     self.driver.switch_to.window(oldest)
                     self.driver.close()
                     self._tabs.discard(oldest)
+                    # a new tab can only be opened from a tab that is still open
+                    self.driver.switch_to.window(next(iter(self._pages.values())))
                 self.driver.switch_to.new_window("tab")
                 self.browser.prepare_tab()
             self.driver.get(url)

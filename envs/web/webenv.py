@@ -21,6 +21,7 @@ from envs.web import spaces
 from envs.web.browser import Browser
 from envs.web.marks import draw_marks
 from envs.web.spaces import TERMINAL, WebAction
+from envs.web.webarena import evaluate
 from rlsys.config import EnvConfig
 from rlsys.env import EnvBrokenError, EnvSetupError
 from rlsys.types import Observation, StepResult, Task
@@ -69,7 +70,7 @@ class WebEnv:
         self.url = ""
         self._tabs = {self.driver.current_window_handle}  # tabs this env opened itself
         self._elements: list[dict] = []
-        self._history: deque[dict] = deque(maxlen=max(cfg.history, 0) or None)
+        self._history: deque[dict] = deque(maxlen=max(cfg.history, 0))
         self._steps = 0
         self._allowed: set[str] = set()
         self._last_allowed_url = "about:blank"
@@ -138,8 +139,6 @@ class WebEnv:
         answer = action.text if terminal and action.kind == "answer" else ""
         info["answer"] = answer
         if self.task.checks:
-            from envs.web.webarena import evaluate
-
             verdict = evaluate(self.task.checks, answer, self.url, self.driver, self.fuzzy_judge)
             info["verdict"] = verdict.to_dict()
             if verdict.success is None:

@@ -147,12 +147,19 @@ def describe(r: dict) -> str:
     )
 
 
+def rewarded(record: dict) -> bool:
+    return "error" not in record and record.get("ended_by") in ("page", "max_steps")
+
+
 def summarise(records: list[dict]) -> dict:
     loaded = [r for r in records if r["loaded"]]
+    final = [r.get("retry_in_fresh_browser", r) for r in records]  # the retry where there was one
     return {
         "tasks": len(records),
         "loaded": len(loaded),
-        "gave_a_reward": sum(r.get("ended_by") in ("page", "max_steps") and "error" not in r for r in records),
+        "gave_a_reward": sum(rewarded(r) for r in records),
+        "loaded_counting_retries": sum(r["loaded"] for r in final),
+        "gave_a_reward_counting_retries": sum(rewarded(r) for r in final),
         "ended_by": dict(Counter(r.get("ended_by", "error") for r in records)),
         "outcomes": dict(Counter(r.get("outcome") or "error" for r in records)),
         "page_reasons": dict(Counter(r["page_reason"] for r in loaded if r.get("ended_by") == "page")),

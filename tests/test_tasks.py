@@ -1,6 +1,4 @@
 import json
-import subprocess
-import sys
 
 import pytest
 import yaml
@@ -71,12 +69,15 @@ def test_suite_env_mismatch_and_bad_files_are_config_errors(tmp_path):
         make_config(tmp_path, env__action_space="pae")
 
 
-def test_cli_reports_a_bad_task_file_before_ray_starts(tmp_path):
+def test_cli_reports_a_bad_task_file_before_ray_starts(tmp_path, capsys):
+    from rlsys.train import main
+
+    # in-process: once a test session has started Ray, the driver reaps child processes itself and
+    # a subprocess's exit status can no longer be read
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"web_name": "x", "id": "x--0", "ques": "", "web": "https://x.org"}) + "\n")
     config = tmp_path / "c.yaml"
     config.write_text(yaml.safe_dump({"env": {"kind": "web"}, "tasks": {"suite": "webvoyager", "file": str(bad)}}))
-    proc = subprocess.run(
-        [sys.executable, "-m", "rlsys.train", "--config", str(config)], capture_output=True, text=True, timeout=120
-    )
-    assert proc.returncode == 2 and "bad.jsonl:1" in proc.stderr and "ques" in proc.stderr
+    assert main(["--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert "bad.jsonl:1" in err and "ques" in err

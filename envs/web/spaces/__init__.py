@@ -8,7 +8,7 @@ grammar(elements) -> Grammar | None      (for constrained decoding, where the sp
 from __future__ import annotations
 
 import importlib
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from types import ModuleType
 
 SPACES = ("element", "pae", "coords")
@@ -67,3 +67,15 @@ def try_parse(space: ModuleType, text: str, num_elements: int) -> tuple[WebActio
         return space.parse(text, num_elements), None
     except ParseError as e:
         return None, str(e)
+
+
+def checked_render(space: str, text: str, action: WebAction, parse, num_elements: int) -> str:
+    """`text` if it parses back to `action`; what does not survive the round trip (an empty text,
+    a swipe shorter than a tap, ...) is something the space cannot express."""
+    try:
+        parsed = parse(text, num_elements)
+    except ParseError as e:
+        raise ValueError(f"the {space} space cannot express {action}: {e}") from e
+    if parsed != replace(action, thought=action.thought.strip()):
+        raise ValueError(f"the {space} space cannot express {action}")
+    return text

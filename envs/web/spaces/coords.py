@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from envs.autoui import AutoUIAction, AutoUIParseError, is_tap, parse_autoui, render_autoui
-from envs.web.spaces import ParseError, WebAction
+from envs.web.spaces import ParseError, WebAction, checked_render
 
 # Only decides tap vs swipe; points stay fractions of whatever the real viewport is.
 VIEWPORT = (1024, 768)
@@ -30,15 +30,7 @@ def parse(text: str, num_elements: int) -> WebAction:
 
 
 def render(action: WebAction) -> str:
-    text = render_autoui(_to_autoui(action))
-    # e.g. a "swipe" shorter than a tap, or a "type" into a given element, has no AutoUI form
-    try:
-        parsed = parse(text, 0)
-    except ParseError as e:
-        raise ValueError(f"the coords space cannot express {action}: {e}") from e
-    if parsed != replace(action, thought=action.thought.strip()):
-        raise ValueError(f"the coords space cannot express {action}")
-    return text
+    return checked_render("coords", render_autoui(_to_autoui(action)), action, parse, 0)
 
 
 def grammar(elements: list[dict], max_text: int = 32) -> None:

@@ -7,9 +7,8 @@ Action: Type [3]; [red shoes]
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 
-from envs.web.spaces import ParseError, WebAction
+from envs.web.spaces import ParseError, WebAction, checked_render
 
 USAGE = (
     "Click [N], Type [N]; [text], Scroll [N or WINDOW]; [up or down], Wait, GoBack, Google, Goto [url], ANSWER; [text]"
@@ -48,15 +47,7 @@ def parse(text: str, num_elements: int) -> WebAction:
 
 def render(action: WebAction) -> str:
     text = f"Thought: {action.thought}\nAction: {_render_action(action)}"
-    # Whatever does not survive the round trip (an empty Type text, a thought containing `Action:`, ...) is
-    # something this space cannot express.
-    try:
-        parsed = parse(text, (action.element or 0) + 1)
-    except ParseError as e:
-        raise ValueError(f"the PAE space cannot express {action}: {e}") from e
-    if parsed != replace(action, thought=action.thought.strip()):
-        raise ValueError(f"the PAE space cannot express {action}")
-    return text
+    return checked_render("PAE", text, action, parse, (action.element or 0) + 1)
 
 
 def grammar(elements: list[dict], max_text: int = 32) -> None:

@@ -105,7 +105,7 @@ class WebEnv:
         self._allowed = {d.lower() for d in self.cfg.allowed_domains} | {_host(self.cfg.search_engine)}
         if start_host:
             self._allowed.add(start_host)
-        self._keep_one_tab()
+        self._keep_one_tab(self.driver.current_window_handle)
         self.driver.get("about:blank")
         self.browser.clear_state()
         for path in self.browser.downloads.iterdir():
@@ -252,10 +252,10 @@ class WebEnv:
         return self.driver.execute_async_script(script, *args)
 
     def _follow_or_close_new_tabs(self, events: dict) -> None:
-        handles = self.driver.window_handles
-        new = [h for h in handles if h not in self._tabs]
+        new = [h for h in self.driver.window_handles if h not in self._tabs]
         if not new:
             return
+        came_from = self.driver.current_window_handle
         opened = []
         for handle in new:
             self.driver.switch_to.window(handle)
@@ -264,20 +264,12 @@ class WebEnv:
                 self.driver.close()
         events["new_tabs"] = {"policy": self.cfg.new_tabs, "urls": opened}
         if self.cfg.new_tabs == "follow":
-            self._tabs.add(new[-1])
             self.browser.prepare_tab()
-            self._keep_one_tab()
+            self._keep_one_tab(new[-1])
         else:
-            self.driver.switch_to.window(self._current_tab)
+            self.driver.switch_to.window(came_from)
 
-    @property
-    def _current_tab(self) -> str:
-        return next(iter(self._tabs))
-
-    def _keep_one_tab(self) -> None:
-        """Close every tab but the newest this env owns."""
-        keep = self.driver.current_window_handle if self.driver.current_window_handle in self._tabs else None
-        keep = keep or self._current_tab
+    def _keep_one_tab(self, keep: str) -> None:
         for handle in self.driver.window_handles:
             if handle != keep:
                 self.driver.switch_to.window(handle)

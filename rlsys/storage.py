@@ -11,8 +11,10 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import safetensors.numpy
 
 from rlsys.types import Observation, Step, Task, Trajectory
 
@@ -30,6 +32,7 @@ SCHEMA = pa.schema(
         ("location", pa.string()),
         ("observation_task", pa.string()),
         ("observation_extras", pa.string()),
+        ("observation_features", pa.binary()),  # safetensors bytes of Observation.features
         ("action_text", pa.string()),
         ("action", pa.string()),
         ("reward", pa.float32()),
@@ -45,6 +48,14 @@ SCHEMA = pa.schema(
 
 class StorageError(RuntimeError):
     pass
+
+
+def encode_features(features: dict[str, np.ndarray]) -> bytes | None:
+    return safetensors.numpy.save({k: np.ascontiguousarray(v) for k, v in features.items()}) if features else None
+
+
+def decode_features(data: bytes | None) -> dict[str, np.ndarray]:
+    return dict(safetensors.numpy.load(data)) if data else {}
 
 
 def to_table(trajectories: Iterable[Trajectory]) -> pa.Table:
@@ -65,6 +76,7 @@ def to_table(trajectories: Iterable[Trajectory]) -> pa.Table:
             "location": obs.location if obs else None,
             "observation_task": obs.task if obs else None,
             "observation_extras": json.dumps(obs.extras) if obs else None,
+            "observation_features": encode_features(obs.features) if obs else None,
             "action_text": step.action_text if step else None,
             "action": json.dumps(step.action) if step else None,
             "reward": step.reward if step else None,
@@ -108,6 +120,7 @@ def from_table(table: pa.Table) -> list[Trajectory]:
             location=r["location"],
             task=r["observation_task"],
             extras=json.loads(r["observation_extras"]),
+            features=decode_features(r.get("observation_features")),
         )
         traj.steps.append(
             Step(
@@ -140,7 +153,10 @@ def read_shard(path: Path) -> list[Trajectory]:
         table = pq.read_table(path, schema=SCHEMA)
     except (pa.ArrowInvalid, OSError) as e:
         raise StorageError(f"{path}: not a readable trajectory shard ({e})") from None
-    return from_table(table)
+    try:
+        return from_table(table)
+    except (ValueError, safetensors.SafetensorError) as e:  # JSON or feature bytes that do not decode
+        raise StorageError(f"{path}: a row does not decode ({e})") from None
 
 
 class ShardWriter:

@@ -36,6 +36,9 @@ class Observation:
     location: str
     task: str
     extras: dict = field(default_factory=dict)
+    # Cached model inputs computed from this observation (e.g. pooled image features), keyed by
+    # what computed them, so a feature is never reused by a model it does not belong to.
+    features: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def screenshot(self) -> np.ndarray:
@@ -104,6 +107,10 @@ class Trajectory:
     def nbytes(self) -> int:
         """Approximate in-memory size, dominated by the compressed screenshots."""
         return 512 + sum(
-            len(s.observation.screenshot_png) + len(s.observation.ui_text) + len(s.action_text) + 256
+            len(s.observation.screenshot_png)
+            + len(s.observation.ui_text)
+            + len(s.action_text)
+            + sum(f.nbytes for f in s.observation.features.values())
+            + 256
             for s in self.steps
         )

@@ -155,6 +155,7 @@ class PolicyConfig:
     max_new_tokens: int = 32
     max_prompt_tokens: int = 384
     constrained: bool = True  # decode inside the env's action grammar when it publishes one
+    prompt: str = "auto"  # vlm/api: a template name (pae_agent, element_agent) or a .txt file; auto: by action space
     # training and memory
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # auto: bf16 on GPU, fp32 on CPU
     load_in_4bit: bool = False
@@ -286,6 +287,8 @@ def check_consistency(cfg: Config) -> None:
             f"policy.kind = 'tiny_t5' decodes with the element grammar; set env.action_space = 'element' "
             f"(got {cfg.env.action_space!r})"
         )
+    if cfg.policy.prompt == "auto":
+        cfg.policy.prompt = {"element": "element_agent"}.get(cfg.env.action_space, "pae_agent")
     if len(cfg.env.viewport) != 2 or min(cfg.env.viewport) <= 0:
         raise ConfigError(f"env.viewport must be [width, height] in pixels, got {cfg.env.viewport}")
 

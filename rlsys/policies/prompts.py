@@ -8,30 +8,50 @@ from __future__ import annotations
 
 from functools import cache
 from importlib import resources
+from pathlib import Path
 
 from rlsys.types import Observation
+
+TEMPLATES = ("pae_agent", "element_agent")
 
 
 @cache
 def template(name: str) -> str:
+    """A packaged template by name, or a user's template file (`.txt`)."""
+    if name.endswith(".txt"):
+        path = Path(name)
+        if not path.is_file():
+            raise FileNotFoundError(f"policy.prompt: template file {name!r} not found")
+        return path.read_text()
+    if name not in TEMPLATES:
+        raise ValueError(f"policy.prompt: unknown template {name!r}; expected one of {TEMPLATES} or a .txt file")
     return resources.files("rlsys.policies").joinpath("prompts", f"{name}.txt").read_text()
 
 
-def pae_prompt(obs: Observation, template_text: str | None = None) -> str:
-    """The PAE agent's turn: task, page, numbered elements, recent steps, and what went wrong last."""
+def agent_prompt(obs: Observation, name: str = "pae_agent") -> str:
+    """The agent's turn: task, page, numbered elements, recent steps, and what went wrong last."""
     history = obs.extras.get("history") or []
     steps = "\n".join(f"{h.get('step', i + 1)}. {h.get('action', '')}" for i, h in enumerate(history)) or "none"
     feedback = obs.extras.get("feedback")
-    return (template_text or template("pae_agent")).format(
-        task=obs.task,
-        location=obs.location or "unknown",
-        elements=obs.ui_text or "none",
-        history=steps,
-        feedback=f"The last action did not work: {feedback}" if feedback else "",
-    ).rstrip() + "\n"
+    return (
+        template("pae_agent" if name == "auto" else name)
+        .format(
+            task=obs.task,
+            location=obs.location or "unknown",
+            elements=obs.ui_text or "none",
+            history=steps,
+            feedback=f"The last action did not work: {feedback}" if feedback else "",
+        )
+        .rstrip()
+        + "\n"
+    )
 
 
 def autoui_prompt(obs: Observation) -> str:
     """AutoUI's prompt: only the previous action and the goal (REFERENCE.md §2.1)."""
     previous = obs.extras.get("previous_actions") or []
     return f"Previous Actions: {previous[-1] if previous else ''} Goal: {obs.task}"
+
+
+def pae_prompt(obs: Observation) -> str:
+    return agent_prompt(obs, "pae_agent")

@@ -13,11 +13,9 @@ import torch
 from transformers import ByT5Tokenizer, LogitsProcessorList, T5Config, T5ForConditionalGeneration
 
 from rlsys.config import PolicyConfig
-from rlsys.grammar import Grammar
-from rlsys.policies.grammar_decoding import GrammarLogitsProcessor
+from rlsys.policies.grammar_decoding import GrammarLogitsProcessor, TokenTable, grammars_of
+from rlsys.policies.sampling import samples_from, sampling_kwargs, scored_tokens
 from rlsys.types import ActionSample, Observation
-
-_BYTE_OFFSET = 3  # ByT5: pad 0, eos 1, unk 2, then the 256 bytes
 
 
 def prompt_text(obs: Observation) -> str:
@@ -36,6 +34,7 @@ class TinyT5Policy:
         self.cfg = cfg
         self.device = device
         self.version = 0
+        self.tokens = TokenTable(tokenizer)
 
     @classmethod
     def create(cls, cfg: PolicyConfig, seed: int = 0, device: str = "cpu") -> TinyT5Policy:
@@ -76,34 +75,17 @@ class TinyT5Policy:
         )
         return {k: v.to(self.device) for k, v in batch.items()}
 
-    def _decode_prefix(self, ids: list[int]) -> str:
-        return bytes(i - _BYTE_OFFSET for i in ids if i >= _BYTE_OFFSET).decode("latin-1")
-
     @torch.no_grad()
     def act(self, observations: Sequence[Observation], greedy: bool = False) -> list[ActionSample]:
-        grammars = [Grammar.from_dict(o.extras["grammar"]) for o in observations]
-        processor = GrammarLogitsProcessor(
-            grammars, self._decode_prefix, lambda c: ord(c) + _BYTE_OFFSET, self.tokenizer.eos_token_id
-        )
+        grammars = grammars_of(observations) if self.cfg.constrained else [None] * len(observations)
+        processor = GrammarLogitsProcessor(grammars, self.tokens, prompt_len=1)  # after the decoder start token
         self.model.eval()
         out = self.model.generate(
             **self._encode([prompt_text(o) for o in observations]),
-            do_sample=not greedy,
-            temperature=self.cfg.temperature if not greedy else None,
-            top_k=None,
-            top_p=None,
-            max_new_tokens=self.cfg.max_new_tokens,
             logits_processor=LogitsProcessorList([processor]),
-            output_scores=True,
-            return_dict_in_generate=True,
+            **sampling_kwargs(self.cfg.temperature, self.cfg.max_new_tokens, greedy),
         )
-        step_logprobs = self.model.compute_transition_scores(out.sequences, out.scores, normalize_logits=True)
-        samples = []
-        for row, seq in enumerate(out.sequences[:, 1:].tolist()):
-            end = seq.index(self.tokenizer.eos_token_id) + 1 if self.tokenizer.eos_token_id in seq else len(seq)
-            logprob = float(step_logprobs[row, :end].sum())
-            samples.append(ActionSample(self._decode_prefix(seq[:end]), logprob, self.version))
-        return samples
+        return samples_from(self.model, out, 1, self.tokenizer.eos_token_id, self.tokens.text_of, self.version)
 
     # -- learning
 
@@ -115,12 +97,13 @@ class TinyT5Policy:
     def token_logprobs(
         self, observations: Sequence[Observation], actions: Sequence[str]
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-token log-probs of `actions` by teacher forcing, and the mask of real tokens."""
+        """Per-token log-probs of `actions` by teacher forcing (under the distribution `act` samples
+        from), and the mask of real tokens."""
         labels = self._labels(actions)
         logits = self.model(**self._encode([prompt_text(o) for o in observations]), labels=labels).logits
         mask = labels != -100
-        logp = torch.log_softmax(logits.float(), dim=-1).gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)
-        return logp * mask, mask
+        grammars = grammars_of(observations) if self.cfg.constrained else None
+        return scored_tokens(logits, labels, mask, self.cfg.temperature, grammars, self.tokens), mask
 
     def log_probs(self, observations: Sequence[Observation], actions: Sequence[str]) -> torch.Tensor:
         logp, _ = self.token_logprobs(observations, actions)

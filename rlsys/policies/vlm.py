@@ -1,0 +1,262 @@
+"""Vision-language policies through transformers: LLaVA-1.5/1.6 (PAE) and any model that loads
+with `AutoModelForImageTextToText` and has a chat template (Qwen2-VL and similar).
+
+The agent sees the prompt of its action space (PAE's by default: `Thought: ... Action: ...`)
+and the set-of-marks screenshot. LoRA (peft) on the language model's linear layers, optional 4-bit
+loading, gradient checkpointing, bf16 on GPU. With LoRA the base is frozen, so only the adapter
+is published to runners and written to checkpoints next to a pointer to (or a copy of) the base.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForImageTextToText, LogitsProcessorList
+
+from rlsys.config import PolicyConfig
+from rlsys.policies.grammar_decoding import GrammarLogitsProcessor, TokenTable, grammars_of
+from rlsys.policies.presets import PRESETS
+from rlsys.policies.prompts import agent_prompt
+from rlsys.policies.sampling import samples_from, sampling_kwargs, scored_tokens
+from rlsys.policies.vlm_inputs import VisionTextInputs
+from rlsys.types import ActionSample, Observation
+
+ADAPTER_DIR = "adapter"
+BASE_DIR = "base"
+BASE_POINTER = "base.json"
+
+
+def torch_dtype(cfg: PolicyConfig, device: str) -> torch.dtype:
+    if cfg.dtype == "auto":
+        return torch.bfloat16 if device.startswith("cuda") else torch.float32
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16}[cfg.dtype]
+
+
+def language_model_linear_layers(model: torch.nn.Module) -> list[str]:
+    """Full names of the language model's linear layers (LoRA's default targets); not the vision
+    tower, the projector or the output head."""
+    names = [
+        name
+        for name, module in model.named_modules()
+        if isinstance(module, torch.nn.Linear) and ".language_model." in f".{name}."
+    ]
+    if not names:
+        raise ValueError("found no linear layers under a `language_model` module; set policy.lora.target_modules")
+    return names
+
+
+def quantization_config(cfg: PolicyConfig, device: str):
+    if not cfg.load_in_4bit:
+        return None
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise RuntimeError("policy.load_in_4bit needs the bitsandbytes package: pip install bitsandbytes")
+    if not device.startswith("cuda"):
+        raise RuntimeError("policy.load_in_4bit needs a CUDA device; set policy.load_in_4bit=false on CPU")
+    from transformers import BitsAndBytesConfig
+
+    return BitsAndBytesConfig(
+        load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch_dtype(cfg, device)
+    )
+
+
+class VLMPolicy:
+    def __init__(self, model, inputs: VisionTextInputs, cfg: PolicyConfig, device: str = "cpu", base_path=None):
+        self.cfg = cfg
+        self.device = device
+        self.inputs = inputs
+        self.tokenizer = inputs.tokenizer
+        self.base_path = base_path  # where the frozen base came from; None when built from config
+        self.version = 0
+        self._tokens: TokenTable | None = None
+        if cfg.gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            model.enable_input_require_grads()
+        if cfg.lora.enabled and not _is_peft(model):
+            model = _with_lora(model, cfg)
+        if not cfg.load_in_4bit:
+            model = model.to(device=device, dtype=torch_dtype(cfg, device))
+        self.model = model
+        self.adapter_only = _is_peft(model) and cfg.publish != "full"
+        if cfg.publish == "adapter" and not _is_peft(model):
+            raise ValueError("policy.publish = 'adapter' needs policy.lora.enabled = true")
+
+    # -- building and saving
+
+    @classmethod
+    def create(cls, cfg: PolicyConfig, seed: int = 0, device: str = "cpu") -> VLMPolicy:
+        if cfg.path:
+            return cls.from_pretrained(cfg.path, cfg, device)
+        if cfg.load_in_4bit:
+            raise ValueError("policy.load_in_4bit quantises a checkpoint; set policy.path")
+        model, processor = PRESETS[cfg.arch](cfg, seed)
+        if isinstance(processor, tuple):  # an image processor and a tokenizer (no full processor)
+            inputs = VisionTextInputs(image_processor=processor[0], tokenizer=processor[1])
+        else:
+            inputs = VisionTextInputs(processor)
+        return cls(model, inputs, cfg, device)
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike, cfg: PolicyConfig, device: str = "cpu") -> VLMPolicy:
+        path = Path(path)
+        if not path.is_dir():
+            raise FileNotFoundError(f"policy.path {str(path)!r} is not a folder")
+        adapter = path / ADAPTER_DIR
+        base = path
+        if adapter.is_dir():
+            pointer = path / BASE_POINTER
+            base = Path(json.loads(pointer.read_text())["path"]) if pointer.exists() else path / BASE_DIR
+        model = AutoModelForImageTextToText.from_pretrained(
+            base, dtype=torch_dtype(cfg, device), quantization_config=quantization_config(cfg, device)
+        )
+        if adapter.is_dir():
+            from peft import PeftModel
+
+            model = PeftModel.from_pretrained(model, adapter, is_trainable=True)
+        base_path = base if base != path / BASE_DIR else None
+        return cls(model, VisionTextInputs.from_pretrained(base), cfg, device, base_path=base_path)
+
+    def save_pretrained(self, path: str | os.PathLike) -> None:
+        """Plain models: the HF layout. LoRA: `adapter/` plus the base, as a pointer when it came
+        from a folder (it is frozen, so copying 14 GB per checkpoint buys nothing) or a copy."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        if not _is_peft(self.model):
+            self.model.save_pretrained(path)
+            self.inputs.save_pretrained(path)
+            return
+        self.model.save_pretrained(path / ADAPTER_DIR)
+        if self.base_path is not None:
+            (path / BASE_POINTER).write_text(json.dumps({"path": str(Path(self.base_path).resolve())}))
+        else:
+            base = self.model.get_base_model()
+            base.save_pretrained(path / BASE_DIR, state_dict=_without_lora(base.state_dict()))
+            self.inputs.save_pretrained(path / BASE_DIR)
+
+    # -- acting
+
+    @property
+    def tokens(self) -> TokenTable:
+        if self._tokens is None:
+            self._tokens = TokenTable(self.tokenizer)
+        return self._tokens
+
+    def _encoded(self, observations: Sequence[Observation]) -> list[dict]:
+        return [
+            self.inputs.encode(self.inputs.chat(agent_prompt(o, self.cfg.prompt)), o.screenshot_png)
+            for o in observations
+        ]
+
+    def _to_device(self, batch: dict) -> dict:
+        dtype = torch_dtype(self.cfg, self.device)
+        return {k: v.to(self.device, dtype=dtype if v.is_floating_point() else v.dtype) for k, v in batch.items()}
+
+    def _positions(self, batch: dict) -> dict:
+        """Left padding must not shift positions. Models with their own 3-D rope index (Qwen2-VL)
+        derive positions from the attention mask themselves."""
+        if "mm_token_type_ids" in batch:
+            return batch
+        return batch | {"position_ids": (batch["attention_mask"].cumsum(-1) - 1).clamp(min=0)}
+
+    @torch.no_grad()
+    def act(self, observations: Sequence[Observation], greedy: bool = False) -> list[ActionSample]:
+        grammars = grammars_of(observations) if self.cfg.constrained else [None] * len(observations)
+        batch, _ = self.inputs.batch(self._encoded(observations), side="left")
+        batch = self._to_device(batch)
+        processors = []
+        if any(g is not None for g in grammars):
+            processors.append(GrammarLogitsProcessor(grammars, self.tokens, batch["input_ids"].shape[1]))
+        self.model.eval()
+        out = self.model.generate(
+            **batch,
+            logits_processor=LogitsProcessorList(processors),
+            pad_token_id=self.tokenizer.pad_token_id,
+            eos_token_id=self.tokenizer.eos_token_id,
+            **sampling_kwargs(self.cfg.temperature, self.cfg.max_new_tokens, greedy),
+        )
+        decode = self.tokens.text_of if processors else lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True)
+        prompt_len = batch["input_ids"].shape[1]
+        return samples_from(self.model, out, prompt_len, self.tokenizer.eos_token_id, decode, self.version)
+
+    # -- learning
+
+    def token_logprobs(
+        self, observations: Sequence[Observation], actions: Sequence[str]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-token log-probs of each action (and its EOS) after its prompt, by teacher forcing,
+        under the distribution `act` samples from (temperature, and the grammar when decoding is
+        constrained). Rows are left-padded so every action ends at the last position, and only
+        the action positions go through the output head."""
+        eos = self.tokenizer.eos_token_id
+        suffixes = [self.tokenizer(a, add_special_tokens=False).input_ids + [eos] for a in actions]
+        batch, _ = self.inputs.batch(self._encoded(observations), side="left", suffixes=suffixes)
+        batch = self._positions(self._to_device(batch))
+        width = max(len(s) for s in suffixes)
+        logits = self.model(**batch, logits_to_keep=width + 1).logits[:, :-1]
+        targets = batch["input_ids"][:, -width:]
+        lengths = torch.tensor([len(s) for s in suffixes], device=targets.device)
+        mask = torch.arange(width, device=targets.device).unsqueeze(0) >= (width - lengths).unsqueeze(1)
+        grammars = grammars_of(observations) if self.cfg.constrained else None
+        return scored_tokens(logits, targets, mask, self.cfg.temperature, grammars, self.tokens), mask
+
+    def log_probs(self, observations: Sequence[Observation], actions: Sequence[str]) -> torch.Tensor:
+        logp, _ = self.token_logprobs(observations, actions)
+        return logp.sum(-1)
+
+    def parameters(self):
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    def train(self) -> None:
+        self.model.train()
+
+    # -- weights
+
+    def state_dict(self) -> dict:
+        """What a runner needs to match the learner: the adapter alone when the base is frozen."""
+        if self.adapter_only:
+            from peft import get_peft_model_state_dict
+
+            state = get_peft_model_state_dict(self.model)
+        else:
+            state = self.model.state_dict()
+        return {k: v.detach().to("cpu") for k, v in state.items()}
+
+    def load_state_dict(self, state: dict, version: int | None = None) -> None:
+        if self.adapter_only:
+            from peft import set_peft_model_state_dict
+
+            result = set_peft_model_state_dict(self.model, state)
+            if getattr(result, "unexpected_keys", None):
+                raise KeyError(f"adapter weights that this policy does not have: {result.unexpected_keys[:5]}")
+        else:
+            self.model.load_state_dict(state)
+        if version is not None:
+            self.version = version
+
+
+def _without_lora(state: dict) -> dict:
+    """The base model's own weights from a LoRA-wrapped state dict."""
+    return {k.replace(".base_layer.", "."): v for k, v in state.items() if "lora_" not in k}
+
+
+def _is_peft(model) -> bool:
+    return hasattr(model, "peft_config")
+
+
+def _with_lora(model, cfg: PolicyConfig):
+    from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+
+    if cfg.load_in_4bit:
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=cfg.gradient_checkpointing)
+    lora = LoraConfig(
+        r=cfg.lora.r,
+        lora_alpha=cfg.lora.alpha,
+        lora_dropout=cfg.lora.dropout,
+        target_modules=cfg.lora.target_modules or language_model_linear_layers(model),
+        bias="none",
+    )
+    return get_peft_model(model, lora)

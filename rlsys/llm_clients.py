@@ -1,0 +1,424 @@
+"""Small chat clients for hosted models: an OpenAI-compatible endpoint (OpenAI, vLLM, SGLang, ...) and
+Anthropic Claude on Amazon Bedrock.
+
+One message shape for both: an optional system text and one user turn made of text parts and
+images (PNG or JPEG bytes), in the order given. Used by the API-agent policy and by VLM judges.
+
+Every failure is raised as an `LLMError` whose `kind` says what went wrong:
+
+    rate_limited  HTTP 429, Bedrock ThrottlingException                     retried
+    server        HTTP 5xx, the endpoint unreachable or the connection dropped  retried
+    timeout       no reply within `timeout_s`                                 retried
+    bad_reply     a reply that is not the JSON expected (or has no text)      not retried
+    client        any other 4xx, missing credentials, an invalid request      not retried
+
+The clients never retry by themselves (Bedrock's own retries are switched off); `with_retries`
+is the one retry loop. An error is never turned into an empty reply, and an API key never
+appears in an error message.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import random
+import socket
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from http.client import HTTPException
+from typing import Any, Protocol, TypeVar
+
+ERROR_KINDS = ("rate_limited", "server", "timeout", "bad_reply", "client")
+RETRIED_KINDS = frozenset({"rate_limited", "server", "timeout"})
+
+_BODY_SNIPPET = 300  # characters of an error body quoted in a message
+
+T = TypeVar("T")
+
+
+class LLMError(RuntimeError):
+    """A failed model call. `kind` is one of ERROR_KINDS; `status` the HTTP status when there was one;
+    `retry_after_s` the server's Retry-After hint; `retries` how many retries `with_retries` made
+    before giving up (0 when raised by a client directly)."""
+
+    def __init__(self, kind: str, message: str, status: int | None = None, retry_after_s: float | None = None) -> None:
+        if kind not in ERROR_KINDS:
+            raise ValueError(f"LLMError kind must be one of {ERROR_KINDS}, got {kind!r}")
+        super().__init__(message)
+        self.kind = kind
+        self.status = status
+        self.retry_after_s = retry_after_s
+        self.retries = 0
+
+    @property
+    def retryable(self) -> bool:
+        return self.kind in RETRIED_KINDS
+
+    def __str__(self) -> str:
+        return f"[{self.kind}] {super().__str__()}"
+
+
+@dataclass
+class ChatReply:
+    text: str
+    latency_s: float
+    raw: dict = field(repr=False)
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+
+
+class ChatClient(Protocol):
+    provider: str
+    model_id: str
+
+    def chat(
+        self, system: str | None, parts: Sequence[str | bytes], max_tokens: int, temperature: float
+    ) -> ChatReply: ...
+
+
+# ---------------------------------------------------------------------------------- retries
+
+
+def backoff_delay(attempt: int, base_delay_s: float, max_delay_s: float, rng: random.Random) -> float:
+    """Full jitter: uniform in [0, min(max_delay_s, base_delay_s * 2**attempt)] (attempt counts from 0)."""
+    cap = min(max_delay_s, base_delay_s * (2**attempt))
+    return rng.uniform(0.0, cap)
+
+
+def with_retries(
+    call: Callable[[], T],
+    max_retries: int,
+    base_delay_s: float = 0.5,
+    max_delay_s: float = 20.0,
+    rng: random.Random | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    on_retry: Callable[[LLMError, float], None] | None = None,
+) -> tuple[T, int]:
+    """Run `call`, retrying rate_limited / server / timeout errors up to `max_retries` times with
+    full-jitter exponential backoff. A server's Retry-After raises the delay (never above
+    `max_delay_s`). Returns `(result, retries)`; on giving up re-raises the last error with its
+    `retries` attribute set. bad_reply and client errors are raised at once."""
+    rng = rng or random.Random()
+    retries = 0
+    while True:
+        try:
+            return call(), retries
+        except LLMError as e:
+            e.retries = retries
+            if not e.retryable or retries >= max_retries:
+                raise
+            delay = backoff_delay(retries, base_delay_s, max_delay_s, rng)
+            if e.retry_after_s:
+                delay = min(max(delay, e.retry_after_s), max_delay_s)
+            if on_retry is not None:
+                on_retry(e, delay)
+            sleep(delay)
+            retries += 1
+
+
+# ---------------------------------------------------------------------------------- helpers
+
+
+def image_media_type(data: bytes) -> str:
+    if data[:8] == b"\x89PNG\r\n\x1a\n":
+        return "image/png"
+    if data[:3] == b"\xff\xd8\xff":
+        return "image/jpeg"
+    raise ValueError("image parts must be PNG or JPEG bytes")
+
+
+def _snippet(body: bytes | str) -> str:
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+    text = " ".join(text.split())
+    return text[:_BODY_SNIPPET] + ("..." if len(text) > _BODY_SNIPPET else "")
+
+
+def _retry_after(value: str | None) -> float | None:
+    try:
+        return max(0.0, float(value)) if value else None
+    except ValueError:  # an HTTP date: not worth parsing, the backoff covers it
+        return None
+
+
+def _kind_for_status(status: int) -> str:
+    if status == 429:
+        return "rate_limited"
+    if status == 408:
+        return "timeout"
+    if status >= 500:
+        return "server"
+    return "client"
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+# ---------------------------------------------------------------------------------- OpenAI-compatible
+
+
+class OpenAIChatClient:
+    """POST `{endpoint_url}/chat/completions` (OpenAI's API, or a self-hosted vLLM/SGLang server).
+
+    The bearer header is sent only when `api_key` is given; the key never appears in errors or repr.
+    `timeout_s` bounds connecting and each wait for data (a server that trickles bytes can take longer).
+    """
+
+    provider = "openai"
+
+    def __init__(self, endpoint_url: str, model_id: str, api_key: str | None = None, timeout_s: float = 60.0):
+        if not endpoint_url:
+            raise ValueError("policy.api.endpoint_url is required for provider 'openai'")
+        if not model_id:
+            raise ValueError("policy.api.model_id is empty")
+        self.endpoint_url = endpoint_url.rstrip("/")
+        self.model_id = model_id
+        self.timeout_s = timeout_s
+        self._api_key = api_key or None
+
+    def __repr__(self) -> str:
+        auth = "bearer" if self._api_key else "none"
+        return f"OpenAIChatClient(endpoint_url={self.endpoint_url!r}, model_id={self.model_id!r}, auth={auth})"
+
+    def _redact(self, text: str) -> str:
+        return text.replace(self._api_key, "***") if self._api_key else text
+
+    def _error(self, kind: str, message: str, **kw) -> LLMError:
+        return LLMError(kind, self._redact(message), **kw)
+
+    def request_body(
+        self, system: str | None, parts: Sequence[str | bytes], max_tokens: int, temperature: float
+    ) -> dict:
+        content = []
+        for part in parts:
+            if isinstance(part, (bytes, bytearray)):
+                data = base64.b64encode(part).decode("ascii")
+                url = f"data:{image_media_type(part)};base64,{data}"
+                content.append({"type": "image_url", "image_url": {"url": url}})
+            else:
+                content.append({"type": "text", "text": str(part)})
+        messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": content}]
+        return {"model": self.model_id, "messages": messages, "max_tokens": max_tokens, "temperature": temperature}
+
+    def chat(self, system: str | None, parts: Sequence[str | bytes], max_tokens: int, temperature: float) -> ChatReply:
+        url = f"{self.endpoint_url}/chat/completions"
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        data = json.dumps(self.request_body(system, parts, max_tokens, temperature)).encode()
+        request = urllib.request.Request(url, data=data, headers=headers, method="POST")
+        t0 = time.monotonic()
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                body = response.read()
+        except urllib.error.HTTPError as e:
+            try:
+                err_body = e.read()
+            except (OSError, HTTPException):
+                err_body = b""
+            status = e.code
+            raise self._error(
+                _kind_for_status(status),
+                f"{url} answered HTTP {status}: {_snippet(err_body) or e.reason}",
+                status=status,
+                retry_after_s=_retry_after(e.headers.get("Retry-After") if e.headers else None),
+            ) from None
+        except urllib.error.URLError as e:
+            if isinstance(e.reason, (TimeoutError, socket.timeout)):
+                raise self._error("timeout", f"{url}: no connection within {self.timeout_s:g}s") from None
+            raise self._error("server", f"{url} cannot be reached: {e.reason}") from None
+        except (TimeoutError, socket.timeout):
+            raise self._error("timeout", f"{url}: no reply within {self.timeout_s:g}s") from None
+        except (OSError, HTTPException) as e:  # connection reset, remote closed, incomplete read
+            raise self._error("server", f"{url}: connection failed: {type(e).__name__}: {e}") from None
+        latency = time.monotonic() - t0
+        return self._parse(body, latency)
+
+    def _parse(self, body: bytes, latency: float) -> ChatReply:
+        try:
+            raw = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            raise self._error("bad_reply", f"reply is not JSON: {_snippet(body)!r}") from None
+        try:
+            content = raw["choices"][0]["message"]["content"]
+        except (KeyError, IndexError, TypeError):
+            raise self._error("bad_reply", f"reply has no choices[0].message.content: {_snippet(body)!r}") from None
+        if isinstance(content, list):  # some servers answer with content parts
+            texts = [p.get("text") for p in content if isinstance(p, dict) and p.get("type") == "text"]
+            content = "".join(t for t in texts if isinstance(t, str)) if texts else None
+        if not isinstance(content, str):
+            raise self._error("bad_reply", f"reply message has no text content: {_snippet(body)!r}")
+        usage = raw.get("usage") if isinstance(raw.get("usage"), dict) else {}
+        return ChatReply(
+            text=content,
+            latency_s=latency,
+            raw=raw,
+            input_tokens=_int_or_none(usage.get("prompt_tokens")),
+            output_tokens=_int_or_none(usage.get("completion_tokens")),
+        )
+
+
+# ---------------------------------------------------------------------------------- Bedrock
+
+
+_THROTTLED = {"ThrottlingException", "TooManyRequestsException", "Throttling", "RequestLimitExceeded"}
+_UNAVAILABLE = {"ServiceUnavailableException", "InternalServerException", "ModelNotReadyException"}
+_MODEL_TIMEOUT = {"ModelTimeoutException", "RequestTimeout", "RequestTimeoutException"}
+
+
+class BedrockClaudeClient:
+    """Anthropic Claude through Bedrock's `InvokeModel` (messages API body).
+
+    Credentials come from the standard AWS chain (environment, profile, instance role). botocore's
+    own retries are off (`total_max_attempts=1`) so `with_retries` is the only retry loop.
+    """
+
+    provider = "bedrock"
+    ANTHROPIC_VERSION = "bedrock-2023-05-31"
+
+    def __init__(
+        self,
+        model_id: str,
+        region: str = "us-east-1",
+        endpoint_url: str | None = None,
+        timeout_s: float = 60.0,
+        max_pool_connections: int = 16,
+    ):
+        if not model_id:
+            raise ValueError("policy.api.model_id is empty")
+        import boto3
+        from botocore.config import Config
+
+        self.model_id = model_id
+        self.region = region
+        self.endpoint_url = endpoint_url
+        self.timeout_s = timeout_s
+        config = Config(
+            read_timeout=timeout_s,
+            connect_timeout=min(timeout_s, 10.0),
+            retries={"total_max_attempts": 1, "mode": "standard"},
+            max_pool_connections=max_pool_connections,
+        )
+        # a session per client: boto3's default session is not thread-safe, its clients are
+        session = boto3.session.Session(region_name=region)
+        self._client = session.client("bedrock-runtime", region_name=region, endpoint_url=endpoint_url, config=config)
+
+    def __repr__(self) -> str:
+        return f"BedrockClaudeClient(model_id={self.model_id!r}, region={self.region!r})"
+
+    def request_body(
+        self, system: str | None, parts: Sequence[str | bytes], max_tokens: int, temperature: float
+    ) -> dict:
+        content = []
+        for part in parts:
+            if isinstance(part, (bytes, bytearray)):
+                source = {
+                    "type": "base64",
+                    "media_type": image_media_type(part),
+                    "data": base64.b64encode(part).decode("ascii"),
+                }
+                content.append({"type": "image", "source": source})
+            else:
+                content.append({"type": "text", "text": str(part)})
+        body = {
+            "anthropic_version": self.ANTHROPIC_VERSION,
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            "messages": [{"role": "user", "content": content}],
+        }
+        if system:
+            body["system"] = system
+        return body
+
+    def chat(self, system: str | None, parts: Sequence[str | bytes], max_tokens: int, temperature: float) -> ChatReply:
+        body = json.dumps(self.request_body(system, parts, max_tokens, temperature))
+        t0 = time.monotonic()
+        try:
+            response = self._client.invoke_model(
+                modelId=self.model_id, body=body, contentType="application/json", accept="application/json"
+            )
+            payload = response["body"].read()
+        except Exception as e:  # noqa: BLE001 - every botocore failure becomes a typed LLMError
+            raise self._classify(e) from None
+        latency = time.monotonic() - t0
+        return self._parse(payload, latency)
+
+    def _classify(self, e: Exception) -> LLMError:
+        from botocore import exceptions as bx
+
+        where = f"bedrock {self.model_id} ({self.region})"
+        if isinstance(e, bx.ClientError):
+            error = e.response.get("Error", {})
+            code = str(error.get("Code", ""))
+            message = _snippet(str(error.get("Message", "")))
+            meta = e.response.get("ResponseMetadata", {})
+            status = meta.get("HTTPStatusCode")
+            retry_after = _retry_after((meta.get("HTTPHeaders") or {}).get("retry-after"))
+            if code in _THROTTLED or (status == 429 and code not in _UNAVAILABLE):
+                kind = "rate_limited"
+            elif code in _MODEL_TIMEOUT:
+                kind = "timeout"
+            elif code in _UNAVAILABLE or (isinstance(status, int) and status >= 500):
+                kind = "server"
+            else:
+                kind = "client"
+            return LLMError(kind, f"{where}: {code or 'error'} (HTTP {status}): {message}", status, retry_after)
+        if isinstance(e, (bx.ReadTimeoutError, bx.ConnectTimeoutError)):
+            return LLMError("timeout", f"{where}: no reply within {self.timeout_s:g}s ({type(e).__name__})")
+        if isinstance(e, (bx.NoCredentialsError, bx.PartialCredentialsError)):
+            return LLMError("client", f"{where}: no usable AWS credentials in the standard chain ({type(e).__name__})")
+        if isinstance(e, (bx.ParamValidationError, ValueError, TypeError)):
+            return LLMError("client", f"{where}: invalid request: {e}")
+        if isinstance(e, (bx.BotoCoreError, OSError, HTTPException)):  # endpoint unreachable, connection dropped
+            return LLMError("server", f"{where}: {type(e).__name__}: {e}")
+        return LLMError("server", f"{where}: unexpected {type(e).__name__}: {e}")
+
+    def _parse(self, payload: bytes, latency: float) -> ChatReply:
+        try:
+            raw = json.loads(payload)
+        except (ValueError, UnicodeDecodeError):
+            raise LLMError("bad_reply", f"bedrock reply is not JSON: {_snippet(payload)!r}") from None
+        content = raw.get("content") if isinstance(raw, dict) else None
+        if not isinstance(content, list):
+            raise LLMError("bad_reply", f"bedrock reply has no content list: {_snippet(payload)!r}")
+        texts = [b.get("text") for b in content if isinstance(b, dict) and b.get("type") == "text"]
+        if not texts or not all(isinstance(t, str) for t in texts):
+            raise LLMError("bad_reply", f"bedrock reply has no text block: {_snippet(payload)!r}")
+        usage = raw.get("usage") if isinstance(raw.get("usage"), dict) else {}
+        return ChatReply(
+            text="".join(texts),
+            latency_s=latency,
+            raw=raw,
+            input_tokens=_int_or_none(usage.get("input_tokens")),
+            output_tokens=_int_or_none(usage.get("output_tokens")),
+        )
+
+
+# ---------------------------------------------------------------------------------- factory
+
+
+def make_client(api_cfg, max_pool_connections: int = 16) -> OpenAIChatClient | BedrockClaudeClient:
+    """The client `policy.api` (an `ApiConfig`) describes. For openai the bearer key is read from the
+    environment variable `auth_env` names, when it is set and present; otherwise no key is sent."""
+    if not api_cfg.model_id:
+        raise ValueError(f"policy.api.model_id must name the model to call (provider {api_cfg.provider!r})")
+    if api_cfg.provider == "openai":
+        if not api_cfg.endpoint_url:
+            raise ValueError(
+                "policy.api.endpoint_url is required for provider 'openai' (e.g. http://127.0.0.1:8000/v1)"
+            )
+        key = os.environ.get(api_cfg.auth_env) if api_cfg.auth_env else None
+        return OpenAIChatClient(api_cfg.endpoint_url, api_cfg.model_id, api_key=key, timeout_s=api_cfg.timeout_s)
+    if api_cfg.provider == "bedrock":
+        return BedrockClaudeClient(
+            api_cfg.model_id,
+            region=api_cfg.region,
+            endpoint_url=api_cfg.endpoint_url,
+            timeout_s=api_cfg.timeout_s,
+            max_pool_connections=max_pool_connections,
+        )
+    raise ValueError(f"policy.api.provider must be 'openai' or 'bedrock', got {api_cfg.provider!r}")

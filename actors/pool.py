@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
+from actors.inference_server import start_servers
 from actors.runner import RemoteEnvRunner
 from rlsys.config import Config
 from rlsys.types import Task, Trajectory
@@ -40,6 +41,7 @@ class RunnerPool:
         self.seed = seed
         self.restarts = 0
         self._generation = [0] * cfg.runners.num
+        self.servers = start_servers(cfg, weight_store, seed) if cfg.policy.placement == "server" else []
         self.runners = [self._create(i) for i in range(cfg.runners.num)]
         self._inflight: dict[ray.ObjectRef, _Episode] = {}
         self._idle = list(range(cfg.runners.num))
@@ -51,7 +53,10 @@ class RunnerPool:
             num_cpus=self.cfg.runners.num_cpus,
             resources={self.cfg.runners.resource: 1},
             max_concurrency=2,  # answers status()/pids() while an episode runs
-        ).remote(name, self.cfg, self.weight_store, self.seed * 1000 + slot)
+        ).remote(name, self.cfg, self.weight_store, self.seed * 1000 + slot, self._server_for(slot))
+
+    def _server_for(self, slot: int):
+        return self.servers[slot % len(self.servers)] if self.servers else None
 
     def _replace(self, slot: int, why: str) -> None:
         self.restarts += 1
@@ -124,5 +129,5 @@ class RunnerPool:
         if self._inflight:  # episodes cut short by close() return promptly as env errors
             ray.wait(list(self._inflight), num_returns=len(self._inflight), timeout=30)
             self._inflight.clear()
-        for runner in self.runners:
-            ray.kill(runner, no_restart=True)
+        for actor in self.runners + self.servers:
+            ray.kill(actor, no_restart=True)

@@ -9,6 +9,7 @@ import ray
 
 from rlsys.config import Config
 from rlsys.env import EnvBrokenError
+from rlsys.llm_clients import LLMError
 from rlsys.types import Step, Task, Trajectory
 from rlsys.weights import pull_if_newer
 
@@ -29,16 +30,19 @@ def make_env(cfg: Config, env_id: str):
 
 
 class EnvRunner:
-    def __init__(self, runner_id: str, cfg: Config, weight_store, seed: int):
+    def __init__(self, runner_id: str, cfg: Config, weight_store, seed: int, policy_server=None):
         import torch
 
+        from actors.inference_server import ServedPolicy
         from rlsys.policies import build_policy
 
         torch.set_num_threads(1)  # many runners share few cores; inference is tiny
         self.runner_id = runner_id
         self.cfg = cfg
         self.weight_store = weight_store
-        self.policy = build_policy(cfg.policy, seed=seed)
+        # `placement: server`: a shared server acts and keeps its own weights current
+        self.served = policy_server is not None
+        self.policy = ServedPolicy(policy_server) if self.served else build_policy(cfg.policy, seed=seed)
         self.policy.version = -1  # nothing pulled yet
         self.env = None
         self.envs_created = 0
@@ -64,6 +68,8 @@ class EnvRunner:
     def sync_weights(self, wait_s: float = 600.0) -> int:
         """Pull the newest weights if the store has moved on; called at episode boundaries.
         Before the first publication it waits: a runner never acts with weights of its own."""
+        if self.served:
+            return self.policy.version
         deadline = time.monotonic() + wait_s
         while True:
             found = pull_if_newer(self.weight_store, self.policy.version)
@@ -122,6 +128,8 @@ class EnvRunner:
         except EnvBrokenError as e:
             self._drop_env()  # the next episode starts a fresh browser
             return Trajectory(task, steps, "env_error", env_id, self.runner_id, error=str(e))
+        except LLMError as e:  # a hosted policy gave no answer: not the agent's failure, never trained on
+            return Trajectory(task, steps, "env_error", env_id, self.runner_id, error=f"policy unavailable: {e}")
 
     def pids(self) -> dict:
         """Process ids of this runner's browser (or device bridge), for health checks."""

@@ -1,22 +1,20 @@
-"""What every generating policy does after `generate`: cut each row at EOS and record the
-behaviour log-prob of exactly the tokens it sampled, under the distribution it sampled from
-(temperature and grammar mask included)."""
+"""What every generating policy shares around `generate`.
+
+`samples_from` cuts each row at EOS and records the behaviour log-prob of exactly the tokens it
+sampled, under the distribution it sampled from (temperature, grammar mask and suppressed tokens
+included). An action cut at `max_new_tokens` is scored as its text followed by EOS (generation
+runs one step past the limit for that), because that is what teacher forcing scores.
+`scored_tokens` is the teacher-forced side of the same distribution.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+import torch
+
+from rlsys.policies.grammar_decoding import grammar_logit_mask
 from rlsys.types import ActionSample
-
-
-def samples_from(model, out, prompt_len: int, eos_id: int, decode: Callable, version: int) -> list[ActionSample]:
-    step_logprobs = model.compute_transition_scores(out.sequences, out.scores, normalize_logits=True)
-    samples = []
-    for row, seq in enumerate(out.sequences[:, prompt_len:].tolist()):
-        end = seq.index(eos_id) + 1 if eos_id in seq else len(seq)
-        logprob = float(step_logprobs[row, :end].float().sum())
-        samples.append(ActionSample(decode(seq[: end - 1] if eos_id in seq else seq), logprob, version))
-    return samples
 
 
 def sampling_kwargs(temperature: float, max_new_tokens: int, greedy: bool) -> dict:
@@ -25,21 +23,44 @@ def sampling_kwargs(temperature: float, max_new_tokens: int, greedy: bool) -> di
         "temperature": None if greedy else temperature,
         "top_k": None,
         "top_p": None,
-        "max_new_tokens": max_new_tokens,
+        "max_new_tokens": max_new_tokens + 1,  # one step past the limit: the EOS of a cut action
         "output_scores": True,
         "return_dict_in_generate": True,
     }
 
 
-def scored_tokens(logits, targets, mask, temperature: float, grammars=None, table=None):
-    """Teacher-forced log-probs of `targets` [B, T] under the distribution sampling uses:
-    logits divided by the temperature and, for rows with a grammar, masked to it. Zero where
-    `mask` is false (padding never counts)."""
-    import torch
+def samples_from(
+    model, out, prompt_len: int, eos_id: int, decode: Callable, version: int, limit: int
+) -> list[ActionSample]:
+    step_logprobs = model.compute_transition_scores(out.sequences, out.scores, normalize_logits=True).float()
+    samples = []
+    for row, seq in enumerate(out.sequences[:, prompt_len:].tolist()):
+        if eos_id in seq[:limit]:
+            end = seq.index(eos_id)
+            logprob = step_logprobs[row, : end + 1].sum()
+        else:
+            end = limit
+            eos_logprob = torch.log_softmax(out.scores[limit][row].float(), dim=-1)[eos_id]
+            logprob = step_logprobs[row, :end].sum() + eos_logprob
+        samples.append(ActionSample(decode(seq[:end]), float(logprob), version))
+    return samples
 
-    from rlsys.policies.grammar_decoding import grammar_logit_mask
 
+def scored_tokens(
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    mask: torch.Tensor,
+    temperature: float,
+    grammars=None,
+    table=None,
+    suppressed: list[int] | None = None,
+) -> torch.Tensor:
+    """Teacher-forced log-probs of `targets` [B, T] under the distribution sampling uses: logits
+    divided by the temperature, suppressed tokens removed and, for rows with a grammar, masked to
+    it. Zero where `mask` is false (padding never counts)."""
     logits = logits.float() / temperature
+    if suppressed:
+        logits = logits.index_fill(-1, torch.tensor(suppressed, device=logits.device), float("-inf"))
     if grammars is not None:
         constraint = grammar_logit_mask(grammars, table, targets, mask, logits.shape[-1])
         if constraint is not None:

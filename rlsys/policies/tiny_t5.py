@@ -85,7 +85,9 @@ class TinyT5Policy:
             logits_processor=LogitsProcessorList([processor]),
             **sampling_kwargs(self.cfg.temperature, self.cfg.max_new_tokens, greedy),
         )
-        return samples_from(self.model, out, 1, self.tokenizer.eos_token_id, self.tokens.text_of, self.version)
+        return samples_from(
+            self.model, out, 1, self.tokenizer.eos_token_id, self.tokens.text_of, self.version, self.cfg.max_new_tokens
+        )
 
     # -- learning
 

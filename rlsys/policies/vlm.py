@@ -180,7 +180,8 @@ class VLMPolicy:
         )
         decode = self.tokens.text_of if processors else lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True)
         prompt_len = batch["input_ids"].shape[1]
-        return samples_from(self.model, out, prompt_len, self.tokenizer.eos_token_id, decode, self.version)
+        eos = self.tokenizer.eos_token_id
+        return samples_from(self.model, out, prompt_len, eos, decode, self.version, self.cfg.max_new_tokens)
 
     # -- learning
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import ray
 import torch
 
+from rlsys import checkpoint
 from rlsys.config import Config
 from rlsys.policies import build_policy
 
@@ -68,11 +69,9 @@ class Learner:
     # -- checkpoints
 
     def save(self) -> dict[str, bytes]:
-        files: dict[str, bytes] = {}
         with tempfile.TemporaryDirectory() as tmp:
             self.policy.save_pretrained(Path(tmp) / "policy")
-            for path in sorted((Path(tmp) / "policy").iterdir()):
-                files[f"policy/{path.name}"] = path.read_bytes()
+            files = checkpoint.read_files(Path(tmp) / "policy", "policy")
         state = {
             "version": self.version,
             "algorithm": self.algorithm.state_dict(),
@@ -86,10 +85,7 @@ class Learner:
 
     def load(self, files: dict[str, bytes]) -> int:
         with tempfile.TemporaryDirectory() as tmp:
-            for name, data in files.items():
-                if name.startswith("policy/"):
-                    (Path(tmp) / "policy").mkdir(exist_ok=True)
-                    (Path(tmp) / name).write_bytes(data)
+            checkpoint.write_files(Path(tmp), {k: v for k, v in files.items() if k.startswith("policy/")})
             loaded = build_policy(replace(self.cfg.policy, path=str(Path(tmp) / "policy")), device=self.device)
         self.policy.load_state_dict(loaded.state_dict())
         state = torch.load(io.BytesIO(files["learner.pt"]), weights_only=True)

@@ -55,6 +55,14 @@ def write_files(folder: Path, files: dict[str, bytes]) -> None:
         path.write_bytes(data)
 
 
+def read_files(folder: Path, prefix: str) -> dict[str, bytes]:
+    """Every file under `folder` (subfolders too, e.g. a LoRA policy's adapter/ and base/), keyed
+    by `prefix/relative/path`: the inverse of `write_files`."""
+    return {
+        f"{prefix}/{p.relative_to(folder).as_posix()}": p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+    }
+
+
 def write_json(path: Path, data: dict) -> None:
     path.write_text(json.dumps(data, indent=1))
 

@@ -288,6 +288,8 @@ def check_consistency(cfg: Config) -> None:
             f"(got {cfg.env.action_space!r})"
         )
     if cfg.policy.prompt == "auto":
+        if cfg.policy.kind in ("vlm", "api") and cfg.env.action_space == "coords":
+            raise ConfigError("no packaged prompt for env.action_space 'coords'; set policy.prompt to a .txt template")
         cfg.policy.prompt = {"element": "element_agent"}.get(cfg.env.action_space, "pae_agent")
     if len(cfg.env.viewport) != 2 or min(cfg.env.viewport) <= 0:
         raise ConfigError(f"env.viewport must be [width, height] in pixels, got {cfg.env.viewport}")

@@ -15,11 +15,17 @@ from pathlib import Path
 from rlsys.config import ConfigError, load_config
 from rlsys.tasks import check_tasks
 
+# What a saved policy folder holds: an HF model, a LoRA adapter, or a hosted model's description.
+POLICY_MARKERS = ("config.json", "adapter", "api_policy.json")
+
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m rlsys.eval", description=__doc__)
     p.add_argument("--config", required=True)
-    p.add_argument("--checkpoint", required=True, help="a checkpoint folder (holding policy/) or a policy folder")
+    p.add_argument(
+        "--checkpoint",
+        help="a checkpoint folder (holding policy/) or a policy folder; default: policy.path (none for kind=api)",
+    )
     p.add_argument("overrides", nargs="*")
     args = p.parse_args(argv)
     try:
@@ -28,12 +34,21 @@ def main(argv=None) -> int:
     except ConfigError as e:
         print(f"config error: {e}", file=sys.stderr)
         return 2
-    ckpt = Path(args.checkpoint)
-    policy_dir = ckpt / "policy" if (ckpt / "policy").is_dir() else ckpt
-    if not (policy_dir / "config.json").is_file():
-        print(f"no policy found in {ckpt} (expected {ckpt}/policy/config.json)", file=sys.stderr)
+    if args.checkpoint:
+        ckpt = Path(args.checkpoint)
+        policy_dir = ckpt / "policy" if (ckpt / "policy").is_dir() else ckpt
+        if not any((policy_dir / marker).exists() for marker in POLICY_MARKERS):
+            print(f"no policy found in {ckpt} (expected {ckpt}/policy/config.json)", file=sys.stderr)
+            return 2
+        cfg.policy = replace(cfg.policy, path=str(policy_dir))
+    elif cfg.policy.path:
+        ckpt = Path(cfg.policy.path)
+    elif cfg.policy.kind == "api":
+        ckpt = cfg.output_dir
+        ckpt.mkdir(parents=True, exist_ok=True)
+    else:
+        print("rlsys.eval needs --checkpoint (or policy.path, or policy.kind=api)", file=sys.stderr)
         return 2
-    cfg.policy = replace(cfg.policy, path=str(policy_dir))
 
     import ray
 

@@ -28,6 +28,8 @@ def main(argv=None) -> int:
         raw = unresolved_dict(config_path, args.overrides)
         cfg = build(Config, raw)
         check_tasks(cfg.tasks, cfg.env.kind)
+        if cfg.policy.kind == "api":
+            raise ConfigError("policy.kind 'api' has no weights to train; evaluate it with python -m rlsys.eval")
         if args.resume:
             cfg.run.output_dir = args.resume
     except ConfigError as e:

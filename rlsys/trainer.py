@@ -250,7 +250,7 @@ class Trainer:
             log.warning("no complete checkpoint in %s; starting from scratch", self.run_dir)
             return
         state = checkpoint.read_json(found / "state.json")
-        files = {f"policy/{p.name}": p.read_bytes() for p in (found / "policy").iterdir() if p.is_file()}
+        files = checkpoint.read_files(found / "policy", "policy")
         files["learner.pt"] = (found / "learner.pt").read_bytes()
         ray.get(self.learner.load.remote(files), timeout=600)
         ray.get(self.buffer.load.remote(str(found), state["replay"]), timeout=600)

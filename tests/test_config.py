@@ -83,3 +83,27 @@ def test_cli_reports_config_error_before_ray_starts(tmp_path):
     assert proc.returncode == 2
     assert "config error: unknown config key 'runners.numm'; did you mean 'runners.num'" in proc.stderr
     assert "Ray" not in proc.stdout + proc.stderr
+
+
+def test_policy_rules_across_sections(tmp_path):
+    nested = load_config(
+        None, ["policy.kind=vlm", "policy.lora.enabled=true", "policy.lora.r=8", "env.action_space=pae"]
+    )
+
+    assert nested.policy.lora.enabled and nested.policy.lora.r == 8
+    assert nested.policy.prompt == "pae_agent"  # auto: the prompt of the action space
+    assert load_config(None, ["policy.kind=vlm"]).policy.prompt == "element_agent"
+    with pytest.raises(ConfigError, match="policy.lora.rank"):
+        load_config(None, ["policy.lora.rank=8"])
+    with pytest.raises(ConfigError, match="coords"):
+        load_config(None, ["policy.kind=api", "env.action_space=coords"])
+    with pytest.raises(ConfigError, match="tiny_t5"):
+        load_config(None, ["env.action_space=pae"])
+
+
+def test_train_refuses_an_api_policy_before_ray_starts(tmp_path, capsys):
+    from rlsys.train import main
+
+    config = write(tmp_path / "c.yaml", {"policy": {"kind": "api"}, "run": {"output_dir": str(tmp_path / "run")}})
+    assert main(["--config", str(config)]) == 2
+    assert "no weights to train" in capsys.readouterr().err

@@ -29,11 +29,12 @@ class InferenceServer:
         from learners.learner import pick_device
         from rlsys.policies import build_policy
 
-        torch.manual_seed(seed)
         self.cfg = cfg.policy.server
         self.weight_store = weight_store
         self.device = pick_device("cuda" if cfg.policy.server.num_gpus > 0 else "cpu")
-        self.policy = build_policy(cfg.policy, seed=seed, device=self.device)
+        # the learner's base (run seed); this server's seed drives its sampling
+        self.policy = build_policy(cfg.policy, seed=cfg.run.seed, device=self.device)
+        torch.manual_seed(seed)
         self.policy.version = -1
         self.queue: asyncio.Queue | None = None
         self.batches = 0

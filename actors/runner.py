@@ -42,7 +42,10 @@ class EnvRunner:
         self.weight_store = weight_store
         # `placement: server`: a shared server acts and keeps its own weights current
         self.served = policy_server is not None
-        self.policy = ServedPolicy(policy_server) if self.served else build_policy(cfg.policy, seed=seed)
+        # Built like the learner's (run seed), so a frozen base matches when only adapters are
+        # published; this runner's own seed then drives its sampling.
+        self.policy = ServedPolicy(policy_server) if self.served else build_policy(cfg.policy, seed=cfg.run.seed)
+        torch.manual_seed(seed)
         self.policy.version = -1  # nothing pulled yet
         self.env = None
         self.envs_created = 0

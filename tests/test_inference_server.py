@@ -21,9 +21,9 @@ def served_config(tmp_path, **overrides):
 
 
 def local_replica(cfg, seed, state):
-    torch.manual_seed(seed)  # what the server does before building its replica
-    policy = build_policy(cfg.policy, seed=seed)
+    policy = build_policy(cfg.policy, seed=cfg.run.seed)
     policy.load_state_dict(state, version=0)
+    torch.manual_seed(seed)  # what the server does after building its replica
     return policy
 
 

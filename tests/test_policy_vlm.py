@@ -195,3 +195,21 @@ def test_4bit_without_bitsandbytes_says_how_to_fix_it(tmp_path):
     build_policy(config("llava"), seed=11).save_pretrained(tmp_path / "base")
     with pytest.raises(RuntimeError, match="pip install bitsandbytes"):
         build_policy(config("llava", path=str(tmp_path / "base"), load_in_4bit=True))
+
+
+def test_a_runner_replica_shares_the_learners_frozen_base(tmp_path):
+    """Runners get only adapters, so a base built from config must be the learner's."""
+    from actors.runner import EnvRunner
+    from tests.conftest import make_config
+
+    cfg = make_config(
+        tmp_path,
+        policy__kind="vlm",
+        policy__lora={"enabled": True, "r": 4, "alpha": 8, "dropout": 0.0},
+        run__seed=3,
+    )
+    learner = build_policy(cfg.policy, seed=cfg.run.seed)
+    obs, actions = train_a_little(learner)
+    runner = EnvRunner("runner-5", cfg, weight_store=None, seed=3 * 1000 + 5)
+    runner.policy.load_state_dict(learner.state_dict(), version=1)
+    torch.testing.assert_close(runner.policy.log_probs(obs, actions), learner.log_probs(obs, actions))

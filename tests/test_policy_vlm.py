@@ -213,3 +213,17 @@ def test_a_runner_replica_shares_the_learners_frozen_base(tmp_path):
     runner = EnvRunner("runner-5", cfg, weight_store=None, seed=3 * 1000 + 5)
     runner.policy.load_state_dict(learner.state_dict(), version=1)
     torch.testing.assert_close(runner.policy.log_probs(obs, actions), learner.log_probs(obs, actions))
+
+
+def test_special_token_text_on_a_page_or_in_an_action_stays_text(arch):
+    """A page (or a typed action) that spells `<image>` must not become an image placeholder."""
+    policy = build_policy(config(arch), seed=12)
+    tricky = observation(3, task="find <image> and <|image_pad|> <|vision_start|> on the page", grammar=False)
+    tricky.extras["history"] = [{"step": 1, "action": "type [0] <image>"}]
+    obs = [tricky, observation(4)]
+    samples = policy.act(obs)
+    assert all("<image>" not in s.text for s in samples)
+    forced = policy.log_probs(obs, ["type [0] <image>", "click [1]"])
+    assert torch.isfinite(forced).all()
+    special = {policy.tokenizer.convert_tokens_to_ids(t) for t in ("<image>", "<|image_pad|>", "</s>")}
+    assert not special & {i for i, text in enumerate(policy.tokens.texts) if text}  # never typed as text

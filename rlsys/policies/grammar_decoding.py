@@ -18,13 +18,30 @@ from transformers import LogitsProcessor
 from rlsys.grammar import PRINTABLE, Grammar
 
 
+def special_token_ids(tokenizer) -> set[int]:
+    """Named special tokens and every added special token (image placeholders, chat markers):
+    none of them is text an action may contain."""
+    added = getattr(tokenizer, "added_tokens_decoder", {})
+    return set(tokenizer.all_special_ids) | {i for i, token in added.items() if token.special}
+
+
+def neutralize_special_tokens(text: str, tokenizer) -> str:
+    """Page text, typed text and history go into prompts; a literal `<image>` or chat marker in
+    them must stay text, or the model would see a placeholder with no image behind it."""
+    added = getattr(tokenizer, "added_tokens_decoder", {})
+    for token in {t.content for t in added.values() if t.special and len(t.content) > 1}:
+        if token in text:
+            text = text.replace(token, token[0] + "\u200b" + token[1:])
+    return text
+
+
 class TokenTable:
     """The text each token id contributes when appended to a sequence."""
 
     def __init__(self, tokenizer):
         self.eos_id = tokenizer.eos_token_id
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_id
-        special = set(tokenizer.all_special_ids)
+        special = special_token_ids(tokenizer)
         # Decoding a token after an anchor keeps the leading space SentencePiece drops at the start.
         anchor = tokenizer.encode("a", add_special_tokens=False)[-1]
         base = tokenizer.decode([anchor])

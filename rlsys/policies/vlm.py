@@ -19,7 +19,12 @@ import torch
 from transformers import AutoModelForImageTextToText, LogitsProcessorList
 
 from rlsys.config import PolicyConfig
-from rlsys.policies.grammar_decoding import GrammarLogitsProcessor, TokenTable, grammars_of
+from rlsys.policies.grammar_decoding import (
+    GrammarLogitsProcessor,
+    TokenTable,
+    grammars_of,
+    neutralize_special_tokens,
+)
 from rlsys.policies.presets import PRESETS
 from rlsys.policies.prompts import agent_prompt
 from rlsys.policies.sampling import samples_from, sampling_kwargs, scored_tokens
@@ -146,10 +151,8 @@ class VLMPolicy:
         return self._tokens
 
     def _encoded(self, observations: Sequence[Observation]) -> list[dict]:
-        return [
-            self.inputs.encode(self.inputs.chat(agent_prompt(o, self.cfg.prompt)), o.screenshot_png)
-            for o in observations
-        ]
+        prompts = [neutralize_special_tokens(agent_prompt(o, self.cfg.prompt), self.tokenizer) for o in observations]
+        return [self.inputs.encode(self.inputs.chat(p), o.screenshot_png) for p, o in zip(prompts, observations)]
 
     def _to_device(self, batch: dict) -> dict:
         dtype = torch_dtype(self.cfg, self.device)
@@ -193,7 +196,9 @@ class VLMPolicy:
         constrained). Rows are left-padded so every action ends at the last position, and only
         the action positions go through the output head."""
         eos = self.tokenizer.eos_token_id
-        suffixes = [self.tokenizer(a, add_special_tokens=False).input_ids + [eos] for a in actions]
+        # an action that spells a special token (`<image>`) is that text, not the token
+        encode = lambda a: self.tokenizer(a, add_special_tokens=False, split_special_tokens=True).input_ids
+        suffixes = [encode(a) + [eos] for a in actions]
         batch, _ = self.inputs.batch(self._encoded(observations), side="left", suffixes=suffixes)
         batch = self._positions(self._to_device(batch))
         width = max(len(s) for s in suffixes)

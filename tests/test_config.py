@@ -1,5 +1,6 @@
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -107,3 +108,9 @@ def test_train_refuses_an_api_policy_before_ray_starts(tmp_path, capsys):
     config = write(tmp_path / "c.yaml", {"policy": {"kind": "api"}, "run": {"output_dir": str(tmp_path / "run")}})
     assert main(["--config", str(config)]) == 2
     assert "no weights to train" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (Path(__file__).parent.parent / "configs").glob("*.yaml")))
+def test_shipped_configs_load(name):
+    cfg = load_config(Path(__file__).parent.parent / "configs" / name)
+    assert cfg.run.name

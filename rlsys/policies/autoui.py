@@ -31,6 +31,7 @@ from rlsys.config import PolicyConfig
 from rlsys.policies.grammar_decoding import GrammarLogitsProcessor, TokenTable, grammars_of
 from rlsys.policies.prompts import autoui_prompt
 from rlsys.policies.sampling import samples_from, sampling_kwargs, scored_tokens
+from rlsys.policies.tiny_t5 import byte_t5_config
 from rlsys.policies.vlm import torch_dtype
 from rlsys.types import ActionSample, Observation
 
@@ -108,21 +109,7 @@ class AutoUIPolicy:
             return cls.from_pretrained(cfg.path, cfg, device)
         torch.manual_seed(seed)
         tokenizer = ByT5Tokenizer()
-        model_cfg = T5Config(
-            vocab_size=len(tokenizer),
-            d_model=cfg.d_model,
-            d_ff=cfg.d_ff,
-            d_kv=cfg.d_model // cfg.num_heads,
-            num_layers=cfg.num_layers,
-            num_decoder_layers=cfg.num_layers,
-            num_heads=cfg.num_heads,
-            dropout_rate=0.0,
-            pad_token_id=tokenizer.pad_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-            decoder_start_token_id=tokenizer.pad_token_id,
-            image_feature_dim=cfg.image_feature_dim,
-        )
-        model = AutoUIModel(model_cfg)
+        model = AutoUIModel(byte_t5_config(cfg, tokenizer, image_feature_dim=cfg.image_feature_dim))
         # A byte model can emit bytes that are not UTF-8 (or special tokens); their text would not tokenize back
         # to the same ids. Such tokens are out of the policy's distribution, in sampling and in `token_logprobs`.
         model.generation_config.suppress_tokens = [

@@ -18,6 +18,24 @@ from rlsys.policies.sampling import samples_from, sampling_kwargs, scored_tokens
 from rlsys.types import ActionSample, Observation
 
 
+def byte_t5_config(cfg: PolicyConfig, tokenizer: ByT5Tokenizer, **extra) -> T5Config:
+    """A T5 of the configured size over the ByT5 byte vocabulary, dropout off."""
+    return T5Config(
+        vocab_size=len(tokenizer),
+        d_model=cfg.d_model,
+        d_ff=cfg.d_ff,
+        d_kv=cfg.d_model // cfg.num_heads,
+        num_layers=cfg.num_layers,
+        num_decoder_layers=cfg.num_layers,
+        num_heads=cfg.num_heads,
+        dropout_rate=0.0,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.pad_token_id,
+        **extra,
+    )
+
+
 def prompt_text(obs: Observation) -> str:
     history = obs.extras.get("previous_actions") or []
     previous = "; ".join(history[-2:]) or "none"
@@ -42,20 +60,7 @@ class TinyT5Policy:
             return cls.from_pretrained(cfg.path, cfg, device)
         torch.manual_seed(seed)
         tokenizer = ByT5Tokenizer()
-        model_cfg = T5Config(
-            vocab_size=len(tokenizer),
-            d_model=cfg.d_model,
-            d_ff=cfg.d_ff,
-            d_kv=cfg.d_model // cfg.num_heads,
-            num_layers=cfg.num_layers,
-            num_decoder_layers=cfg.num_layers,
-            num_heads=cfg.num_heads,
-            dropout_rate=0.0,
-            pad_token_id=tokenizer.pad_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-            decoder_start_token_id=tokenizer.pad_token_id,
-        )
-        return cls(T5ForConditionalGeneration(model_cfg), tokenizer, cfg, device)
+        return cls(T5ForConditionalGeneration(byte_t5_config(cfg, tokenizer)), tokenizer, cfg, device)
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike, cfg: PolicyConfig, device: str = "cpu") -> TinyT5Policy:

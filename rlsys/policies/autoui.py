@@ -28,11 +28,11 @@ from transformers import (
 from transformers.modeling_outputs import BaseModelOutput
 
 from rlsys.config import PolicyConfig
-from rlsys.policies.grammar_decoding import GrammarLogitsProcessor, TokenTable, grammars_of
+from rlsys.policies.base import HFPolicy, torch_dtype
+from rlsys.policies.grammar_decoding import GrammarLogitsProcessor
 from rlsys.policies.prompts import autoui_prompt
 from rlsys.policies.sampling import samples_from, sampling_kwargs, scored_tokens
 from rlsys.policies.tiny_t5 import byte_t5_config
-from rlsys.policies.vlm import torch_dtype
 from rlsys.types import ActionSample, Observation
 
 FEATURE_KEY = "blip2_pooled"
@@ -82,7 +82,7 @@ def _tiny_vision(cfg: PolicyConfig) -> Blip2VisionModel:
         return Blip2VisionModel(vision_cfg)
 
 
-class AutoUIPolicy:
+class AutoUIPolicy(HFPolicy):
     def __init__(self, model: AutoUIModel, tokenizer, cfg: PolicyConfig, device: str = "cpu"):
         dtype = torch_dtype(cfg, device)
         self.model = model.to(device=device, dtype=dtype)
@@ -101,7 +101,6 @@ class AutoUIPolicy:
         self.cfg = cfg
         self.device = device
         self.version = 0
-        self._tokens: TokenTable | None = None
 
     @classmethod
     def create(cls, cfg: PolicyConfig, seed: int = 0, device: str = "cpu") -> AutoUIPolicy:
@@ -170,20 +169,11 @@ class AutoUIPolicy:
 
     # -- acting
 
-    @property
-    def tokens(self) -> TokenTable:
-        if self._tokens is None:
-            self._tokens = TokenTable(self.tokenizer)
-        return self._tokens
-
-    def _grammars(self, observations: Sequence[Observation]):
-        return grammars_of(observations) if self.cfg.constrained else [None] * len(observations)
-
     @torch.no_grad()
     def act(self, observations: Sequence[Observation], greedy: bool = False) -> list[ActionSample]:
         self.model.eval()
         encoder_outputs, attention_mask = self._encode(observations)
-        grammars = self._grammars(observations)
+        grammars = self.grammars(observations)
         constrained = any(g is not None for g in grammars)
         processors = [GrammarLogitsProcessor(grammars, self.tokens, prompt_len=1)] if constrained else []
         out = self.model.generate(
@@ -192,9 +182,7 @@ class AutoUIPolicy:
             logits_processor=LogitsProcessorList(processors),
             **sampling_kwargs(self.cfg.temperature, self.cfg.max_new_tokens, greedy),
         )
-        decode = (
-            self.tokens.text_of if constrained else lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True)
-        )
+        decode = self.decoder(constrained)
         eos = self.tokenizer.eos_token_id
         return samples_from(self.model, out, 1, eos, decode, self.version, self.cfg.max_new_tokens)
 
@@ -210,24 +198,6 @@ class AutoUIPolicy:
         ids = labels.input_ids.masked_fill(~mask, -100)
         encoder_outputs, attention_mask = self._encode(observations)
         logits = self.model(encoder_outputs=encoder_outputs, attention_mask=attention_mask, labels=ids).logits
-        grammars = self._grammars(observations)
+        grammars = self.grammars(observations)
         suppressed = self.model.generation_config.suppress_tokens
         return scored_tokens(logits, ids, mask, self.cfg.temperature, grammars, self.tokens, suppressed), mask
-
-    def log_probs(self, observations: Sequence[Observation], actions: Sequence[str]) -> torch.Tensor:
-        logp, _ = self.token_logprobs(observations, actions)
-        return logp.sum(-1)
-
-    def parameters(self):
-        return self.model.parameters()
-
-    def train(self) -> None:
-        self.model.train()
-
-    def state_dict(self) -> dict:
-        return {k: v.detach().to("cpu") for k, v in self.model.state_dict().items()}
-
-    def load_state_dict(self, state: dict, version: int | None = None) -> None:
-        self.model.load_state_dict(state)
-        if version is not None:
-            self.version = version

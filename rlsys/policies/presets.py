@@ -1,7 +1,8 @@
 """Tiny models of each VLM family built from configs, with a tokenizer that needs no download.
 
-They load and save exactly like the released models (`AutoModelForImageTextToText`,
-`AutoProcessor`), so tests and CPU runs go through the same code as a 7B checkpoint.
+Each returns the model and its `VisionTextInputs`. They load and save exactly like the released
+models (`AutoModelForImageTextToText`, `AutoProcessor`), so tests and CPU runs go through the same
+code as a 7B checkpoint.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from rlsys.config import PolicyConfig
+from rlsys.policies.vlm_inputs import VisionTextInputs, qwen2_vl_image_processor
 
 IMAGE_TOKENS = {"llava": "<image>", "qwen2_vl": "<|vision_start|><|image_pad|><|vision_end|>"}
 SPECIAL_TOKENS = ["<pad>", "<s>", "</s>", "<unk>", "<image>", "<|vision_start|>", "<|image_pad|>", "<|vision_end|>"]
@@ -90,13 +92,11 @@ def tiny_llava(cfg: PolicyConfig, seed: int):
         num_additional_image_tokens=1,
         chat_template=tokenizer.chat_template,
     )
-    return model, processor
+    return model, VisionTextInputs(processor)
 
 
 def tiny_qwen2_vl(cfg: PolicyConfig, seed: int):
     from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
-
-    from rlsys.policies.vlm_inputs import qwen2_vl_image_processor
 
     tokenizer = byte_tokenizer("qwen2_vl")
     head_dim = cfg.d_model // cfg.num_heads
@@ -117,7 +117,8 @@ def tiny_qwen2_vl(cfg: PolicyConfig, seed: int):
     torch.manual_seed(seed)
     model = Qwen2VLForConditionalGeneration(config)
     pixels = max(cfg.image_size, 56) ** 2
-    return model, (qwen2_vl_image_processor(min_pixels=pixels, max_pixels=pixels), tokenizer)
+    image_processor = qwen2_vl_image_processor(min_pixels=pixels, max_pixels=pixels)
+    return model, VisionTextInputs(image_processor=image_processor, tokenizer=tokenizer)
 
 
 PRESETS = {"llava": tiny_llava, "qwen2_vl": tiny_qwen2_vl}

@@ -13,7 +13,8 @@ import torch
 from transformers import ByT5Tokenizer, LogitsProcessorList, T5Config, T5ForConditionalGeneration
 
 from rlsys.config import PolicyConfig
-from rlsys.policies.grammar_decoding import GrammarLogitsProcessor, TokenTable, grammars_of
+from rlsys.policies.base import HFPolicy
+from rlsys.policies.grammar_decoding import GrammarLogitsProcessor
 from rlsys.policies.sampling import samples_from, sampling_kwargs, scored_tokens
 from rlsys.types import ActionSample, Observation
 
@@ -42,7 +43,7 @@ def prompt_text(obs: Observation) -> str:
     return f"Task: {obs.task}\nPrevious: {previous}\nElements:\n{obs.ui_text}"
 
 
-class TinyT5Policy:
+class TinyT5Policy(HFPolicy):
     def __init__(
         self, model: T5ForConditionalGeneration, tokenizer: ByT5Tokenizer, cfg: PolicyConfig, device: str = "cpu"
     ):
@@ -52,7 +53,6 @@ class TinyT5Policy:
         self.cfg = cfg
         self.device = device
         self.version = 0
-        self.tokens = TokenTable(tokenizer)
 
     @classmethod
     def create(cls, cfg: PolicyConfig, seed: int = 0, device: str = "cpu") -> TinyT5Policy:
@@ -82,8 +82,9 @@ class TinyT5Policy:
 
     @torch.no_grad()
     def act(self, observations: Sequence[Observation], greedy: bool = False) -> list[ActionSample]:
-        grammars = grammars_of(observations) if self.cfg.constrained else [None] * len(observations)
-        processor = GrammarLogitsProcessor(grammars, self.tokens, prompt_len=1)  # after the decoder start token
+        processor = GrammarLogitsProcessor(
+            self.grammars(observations), self.tokens, prompt_len=1
+        )  # after the decoder start token
         self.model.eval()
         out = self.model.generate(
             **self._encode([prompt_text(o) for o in observations]),
@@ -109,23 +110,5 @@ class TinyT5Policy:
         labels = self._labels(actions)
         logits = self.model(**self._encode([prompt_text(o) for o in observations]), labels=labels).logits
         mask = labels != -100
-        grammars = grammars_of(observations) if self.cfg.constrained else None
+        grammars = self.grammars(observations)
         return scored_tokens(logits, labels, mask, self.cfg.temperature, grammars, self.tokens), mask
-
-    def log_probs(self, observations: Sequence[Observation], actions: Sequence[str]) -> torch.Tensor:
-        logp, _ = self.token_logprobs(observations, actions)
-        return logp.sum(-1)
-
-    def parameters(self):
-        return self.model.parameters()
-
-    def train(self) -> None:
-        self.model.train()
-
-    def state_dict(self) -> dict:
-        return {k: v.detach().to("cpu") for k, v in self.model.state_dict().items()}
-
-    def load_state_dict(self, state: dict, version: int | None = None) -> None:
-        self.model.load_state_dict(state)
-        if version is not None:
-            self.version = version

@@ -19,10 +19,9 @@ import torch
 from transformers import AutoModelForImageTextToText, LogitsProcessorList
 
 from rlsys.config import PolicyConfig
+from rlsys.policies.base import HFPolicy, torch_dtype
 from rlsys.policies.grammar_decoding import (
     GrammarLogitsProcessor,
-    TokenTable,
-    grammars_of,
     neutralize_special_tokens,
 )
 from rlsys.policies.presets import PRESETS
@@ -34,12 +33,6 @@ from rlsys.types import ActionSample, Observation
 ADAPTER_DIR = "adapter"
 BASE_DIR = "base"
 BASE_POINTER = "base.json"
-
-
-def torch_dtype(cfg: PolicyConfig, device: str) -> torch.dtype:
-    if cfg.dtype == "auto":
-        return torch.bfloat16 if device.startswith("cuda") else torch.float32
-    return {"float32": torch.float32, "bfloat16": torch.bfloat16}[cfg.dtype]
 
 
 def language_model_linear_layers(model: torch.nn.Module) -> list[str]:
@@ -69,7 +62,7 @@ def quantization_config(cfg: PolicyConfig, device: str):
     )
 
 
-class VLMPolicy:
+class VLMPolicy(HFPolicy):
     def __init__(self, model, inputs: VisionTextInputs, cfg: PolicyConfig, device: str = "cpu", base_path=None):
         self.cfg = cfg
         self.device = device
@@ -77,7 +70,6 @@ class VLMPolicy:
         self.tokenizer = inputs.tokenizer
         self.base_path = base_path  # where the frozen base came from; None when built from config
         self.version = 0
-        self._tokens: TokenTable | None = None
         if cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             model.enable_input_require_grads()
@@ -98,11 +90,7 @@ class VLMPolicy:
             return cls.from_pretrained(cfg.path, cfg, device)
         if cfg.load_in_4bit:
             raise ValueError("policy.load_in_4bit quantises a checkpoint; set policy.path")
-        model, processor = PRESETS[cfg.arch](cfg, seed)
-        if isinstance(processor, tuple):  # an image processor and a tokenizer (no full processor)
-            inputs = VisionTextInputs(image_processor=processor[0], tokenizer=processor[1])
-        else:
-            inputs = VisionTextInputs(processor)
+        model, inputs = PRESETS[cfg.arch](cfg, seed)
         return cls(model, inputs, cfg, device)
 
     @classmethod
@@ -144,12 +132,6 @@ class VLMPolicy:
 
     # -- acting
 
-    @property
-    def tokens(self) -> TokenTable:
-        if self._tokens is None:
-            self._tokens = TokenTable(self.tokenizer)
-        return self._tokens
-
     def _encoded(self, observations: Sequence[Observation]) -> list[dict]:
         prompts = [neutralize_special_tokens(agent_prompt(o, self.cfg.prompt), self.tokenizer) for o in observations]
         return [self.inputs.encode(self.inputs.chat(p), o.screenshot_png) for p, o in zip(prompts, observations)]
@@ -167,7 +149,7 @@ class VLMPolicy:
 
     @torch.no_grad()
     def act(self, observations: Sequence[Observation], greedy: bool = False) -> list[ActionSample]:
-        grammars = grammars_of(observations) if self.cfg.constrained else [None] * len(observations)
+        grammars = self.grammars(observations)
         batch, _ = self.inputs.batch(self._encoded(observations), side="left")
         batch = self._to_device(batch)
         processors = []
@@ -181,7 +163,7 @@ class VLMPolicy:
             eos_token_id=self.tokenizer.eos_token_id,
             **sampling_kwargs(self.cfg.temperature, self.cfg.max_new_tokens, greedy),
         )
-        decode = self.tokens.text_of if processors else lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True)
+        decode = self.decoder(constrained=bool(processors))
         prompt_len = batch["input_ids"].shape[1]
         eos = self.tokenizer.eos_token_id
         return samples_from(self.model, out, prompt_len, eos, decode, self.version, self.cfg.max_new_tokens)
@@ -206,18 +188,8 @@ class VLMPolicy:
         targets = batch["input_ids"][:, -width:]
         lengths = torch.tensor([len(s) for s in suffixes], device=targets.device)
         mask = torch.arange(width, device=targets.device).unsqueeze(0) >= (width - lengths).unsqueeze(1)
-        grammars = grammars_of(observations) if self.cfg.constrained else None
+        grammars = self.grammars(observations)
         return scored_tokens(logits, targets, mask, self.cfg.temperature, grammars, self.tokens), mask
-
-    def log_probs(self, observations: Sequence[Observation], actions: Sequence[str]) -> torch.Tensor:
-        logp, _ = self.token_logprobs(observations, actions)
-        return logp.sum(-1)
-
-    def parameters(self):
-        return [p for p in self.model.parameters() if p.requires_grad]
-
-    def train(self) -> None:
-        self.model.train()
 
     # -- weights
 

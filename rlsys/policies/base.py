@@ -1,0 +1,58 @@
+"""What the transformers-backed policies share: scoring helpers and the weights interface."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from rlsys.config import PolicyConfig
+from rlsys.policies.grammar_decoding import TokenTable, grammars_of
+from rlsys.types import Observation
+
+
+def torch_dtype(cfg: PolicyConfig, device: str) -> torch.dtype:
+    """`policy.dtype`; auto: bf16 on GPU, fp32 on CPU."""
+    if cfg.dtype == "auto":
+        return torch.bfloat16 if str(device).startswith("cuda") else torch.float32
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16}[cfg.dtype]
+
+
+class HFPolicy:
+    """Subclasses set `model`, `tokenizer`, `cfg`, `version` and implement `act` and
+    `token_logprobs`."""
+
+    _tokens: TokenTable | None = None
+
+    @property
+    def tokens(self) -> TokenTable:
+        """Each token's text, for grammar-constrained decoding; built on first use."""
+        if self._tokens is None:
+            self._tokens = TokenTable(self.tokenizer)
+        return self._tokens
+
+    def grammars(self, observations: Sequence[Observation]) -> list:
+        """Each observation's action grammar when decoding is constrained (None: free text)."""
+        return grammars_of(observations) if self.cfg.constrained else [None] * len(observations)
+
+    def decoder(self, constrained: bool):
+        """Constrained samples are read as the grammar saw them, free text the tokenizer's way."""
+        return self.tokens.text_of if constrained else lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def log_probs(self, observations: Sequence[Observation], actions: Sequence[str]) -> torch.Tensor:
+        logp, _ = self.token_logprobs(observations, actions)
+        return logp.sum(-1)
+
+    def parameters(self):
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    def train(self) -> None:
+        self.model.train()
+
+    def state_dict(self) -> dict:
+        return {k: v.detach().to("cpu") for k, v in self.model.state_dict().items()}
+
+    def load_state_dict(self, state: dict, version: int | None = None) -> None:
+        self.model.load_state_dict(state)
+        if version is not None:
+            self.version = version

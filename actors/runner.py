@@ -126,8 +126,9 @@ class EnvRunner:
                 self.episode_steps = len(steps)
                 obs = result.observation
                 if result.done:
-                    return Trajectory(task, steps, info.get("outcome", "failure"), env_id, self.runner_id)
-            return Trajectory(task, steps, "timeout", env_id, self.runner_id)
+                    outcome = info.get("outcome", "failure")
+                    return Trajectory(task, steps, outcome, env_id, self.runner_id, final_observation=obs)
+            return Trajectory(task, steps, "timeout", env_id, self.runner_id, final_observation=obs)
         except EnvBrokenError as e:
             self._drop_env()  # the next episode starts a fresh browser
             return Trajectory(task, steps, "env_error", env_id, self.runner_id, error=str(e))

@@ -26,7 +26,9 @@ SCHEMA = pa.schema(
         ("env_id", pa.string()),
         ("runner_id", pa.string()),
         ("trajectory_error", pa.string()),
-        ("step_index", pa.int32()),  # -1: a trajectory that ended before its first step
+        # -1: a trajectory that ended before its first step; len(steps) with a null action_text: the final
+        # observation (what the last action led to)
+        ("step_index", pa.int32()),
         ("screenshot_png", pa.binary()),
         ("ui_text", pa.string()),
         ("location", pa.string()),
@@ -61,8 +63,8 @@ def decode_features(data: bytes | None) -> dict[str, np.ndarray]:
 def to_table(trajectories: Iterable[Trajectory]) -> pa.Table:
     rows = {name: [] for name in SCHEMA.names}
 
-    def add(traj: Trajectory, index: int, step: Step | None) -> None:
-        obs = step.observation if step else None
+    def add(traj: Trajectory, index: int, step: Step | None, obs: Observation | None = None) -> None:
+        obs = step.observation if step else obs
         values = {
             "trajectory_id": traj.id,
             "task": json.dumps(traj.task.__dict__),
@@ -95,6 +97,8 @@ def to_table(trajectories: Iterable[Trajectory]) -> pa.Table:
             add(traj, -1, None)
         for i, step in enumerate(traj.steps):
             add(traj, i, step)
+        if traj.final_observation is not None:
+            add(traj, len(traj.steps), None, traj.final_observation)
     return pa.table(rows, schema=SCHEMA)
 
 
@@ -122,6 +126,9 @@ def from_table(table: pa.Table) -> list[Trajectory]:
             extras=json.loads(r["observation_extras"]),
             features=decode_features(r.get("observation_features")),
         )
+        if r["action_text"] is None:
+            traj.final_observation = obs
+            continue
         traj.steps.append(
             Step(
                 observation=obs,

@@ -86,6 +86,8 @@ class Trajectory:
     runner_id: str = ""
     error: str | None = None
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    # What the last action led to (the s' of the last step), when the episode got that far.
+    final_observation: Observation | None = None
 
     def __post_init__(self) -> None:
         if self.outcome not in OUTCOMES:
@@ -106,11 +108,16 @@ class Trajectory:
 
     def nbytes(self) -> int:
         """Approximate in-memory size, dominated by the compressed screenshots."""
-        return 512 + sum(
-            len(s.observation.screenshot_png)
-            + len(s.observation.ui_text)
-            + len(s.action_text)
-            + sum(f.nbytes for f in s.observation.features.values())
-            + 256
-            for s in self.steps
+        observations = [s.observation for s in self.steps] + [self.final_observation] * bool(self.final_observation)
+        return (
+            512
+            + sum(len(s.action_text) + 128 for s in self.steps)
+            + sum(
+                len(o.screenshot_png) + len(o.ui_text) + sum(f.nbytes for f in o.features.values()) + 128
+                for o in observations
+            )
         )
+
+    def next_observation(self, index: int) -> Observation | None:
+        """s' of step `index`: the next step's observation, or the final one after the last step."""
+        return self.steps[index + 1].observation if index + 1 < len(self.steps) else self.final_observation

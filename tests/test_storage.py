@@ -42,7 +42,8 @@ def trajectory(n_steps: int, outcome: str = "success", version: int = 0, seed: i
         )
         for i in range(n_steps)
     ]
-    return Trajectory(task, steps, outcome, env_id="e", runner_id="r")
+    final = Observation(png(seed + 99), "", "file:///done.html", task.instruction, features={"f": np.ones(3, "f4")})
+    return Trajectory(task, steps, outcome, env_id="e", runner_id="r", final_observation=final if n_steps else None)
 
 
 def test_round_trip_preserves_everything(tmp_path):
@@ -72,6 +73,13 @@ def test_round_trip_preserves_everything(tmp_path):
                 sb.error,
             )
     assert back[0].steps[0].observation.screenshot.shape == (64, 48, 3)
+    for a, b in zip(trajs, back):
+        assert (a.final_observation is None) == (b.final_observation is None)
+    assert back[0].final_observation.screenshot_png == trajs[0].final_observation.screenshot_png
+    assert back[0].final_observation.location == "file:///done.html"
+    np.testing.assert_array_equal(back[0].final_observation.features["f"], np.ones(3))
+    assert back[0].next_observation(2) is back[0].final_observation
+    assert back[0].next_observation(0) is back[0].steps[1].observation
     print(f"bytes per step: {writer.bytes_written / writer.steps_written:.0f}")
 
 
@@ -80,7 +88,8 @@ def test_shards_are_readable_by_pandas_and_numbering_continues(tmp_path):
     ShardWriter(tmp_path).write([trajectory(1, seed=5)])  # a restarted run appends
     assert sorted(p.name for p in tmp_path.glob("*.parquet")) == ["shard-000000.parquet", "shard-000001.parquet"]
     df = pd.read_parquet(tmp_path)
-    assert len(df) == 3 and set(df["outcome"]) == {"success"}
+    assert len(df) == 5 and set(df["outcome"]) == {"success"}  # 3 steps and 2 final observations
+    assert df["action_text"].isna().sum() == 2
 
 
 def test_corrupt_shard_is_a_clear_error(tmp_path):

@@ -1,58 +1,28 @@
-"""Filtered behaviour cloning (REFERENCE.md §2.3): imitate the trajectories that worked.
-
-Unlike the original, a quantile cutoff of zero never turns into cloning everything: only
-trajectories with a positive reward are ever kept.
-"""
+"""Filtered behaviour cloning and SFT (REFERENCE.md §2.3, §5): imitate the trajectories that worked
+(`learner.filter`: success, DigiRL's reward quantile, or PAE's shortest successes per task), or all
+non-empty ones (`learner.algorithm: sft`), with a token-mean NLL."""
 
 from __future__ import annotations
 
-import random
-
-import numpy as np
-import torch
-
+from learners.actor import ActorUpdate, samples_of
+from learners.selection import select
 from rlsys.config import LearnerConfig
 from rlsys.types import Trajectory
 
 
 class FilteredBC:
-    def __init__(self, cfg: LearnerConfig, policy, seed: int = 0):
+    def __init__(self, cfg: LearnerConfig, policy, seed: int = 0, correct_off_policy: bool = False):
         self.cfg = cfg
-        self.policy = policy
-        self.optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
-        self.rng = random.Random(seed)
+        self.actor = ActorUpdate(cfg, policy, "token_mean", correct_off_policy, seed)
 
-    def select(self, trajectories: list[Trajectory]) -> list[Trajectory]:
-        trainable = [t for t in trajectories if t.trainable]
-        if self.cfg.filter == "success":
-            return [t for t in trainable if t.outcome == "success"]
-        if not trainable:
-            return []
-        cutoff = float(np.quantile([t.reward for t in trainable], self.cfg.quantile))
-        return [t for t in trainable if t.reward >= cutoff and t.reward > 0]
-
-    def update(self, trajectories: list[Trajectory]) -> dict:
-        kept = self.select(trajectories)
-        pairs = [(s.observation, s.action_text) for t in kept for s in t.steps if s.action_text and not s.error]
-        metrics = {"learner/selected_trajectories": len(kept), "learner/samples": len(pairs)}
-        if not pairs:
-            return metrics | {"learner/updates": 0}
-        self.policy.train()
-        losses = []
-        for _ in range(self.cfg.updates_per_iteration):
-            batch = self.rng.sample(pairs, min(self.cfg.batch_size, len(pairs)))
-            logp, mask = self.policy.token_logprobs([o for o, _ in batch], [a for _, a in batch])
-            loss = -logp.sum() / mask.sum()
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(list(self.policy.parameters()), self.cfg.grad_clip)
-            self.optimizer.step()
-            losses.append(loss.item())
-        return metrics | {"learner/updates": len(losses), "learner/loss": float(np.mean(losses))}
+    def update(self, trajectories: list[Trajectory], offline_iteration: int | None = None) -> dict:
+        kept = select(self.cfg, trajectories)
+        samples = samples_of(kept)
+        metrics = {"learner/selected_trajectories": len(kept), "learner/samples": len(samples)}
+        return metrics | self.actor.run(samples, self.cfg.updates_per_iteration)
 
     def state_dict(self) -> dict:
-        return {"optimizer": self.optimizer.state_dict(), "rng": self.rng.getstate()}
+        return {"actor": self.actor.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.rng.setstate(state["rng"])
+        self.actor.load_state_dict(state["actor"])

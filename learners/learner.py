@@ -26,17 +26,29 @@ def pick_device(requested: str) -> str:
     return requested
 
 
+def build_algorithm(cfg: Config, policy, device: str):
+    """The configured algorithm around `policy` (`learner.algorithm`)."""
+    correct = cfg.learner.off_policy_correction == "on" or (
+        cfg.learner.off_policy_correction == "auto" and cfg.run.mode == "async"
+    )
+    if cfg.learner.algorithm == "digirl":
+        from learners.digirl import DigiRL
+
+        return DigiRL(cfg.learner, policy, seed=cfg.run.seed, device=device, correct_off_policy=correct)
+    from learners.filtered_bc import FilteredBC
+
+    return FilteredBC(cfg.learner, policy, seed=cfg.run.seed, correct_off_policy=correct)
+
+
 class Learner:
     def __init__(self, cfg: Config, buffer, weight_store):
-        from learners.filtered_bc import FilteredBC
-
         self.cfg = cfg
         self.buffer = buffer
         self.weight_store = weight_store
         self.device = pick_device(cfg.learner.device)
         torch.manual_seed(cfg.run.seed)
         self.policy = build_policy(cfg.policy, seed=cfg.run.seed, device=self.device)
-        self.algorithm = FilteredBC(cfg.learner, self.policy, seed=cfg.run.seed)
+        self.algorithm = build_algorithm(cfg, self.policy, self.device)
         self.version = 0
 
     def device_name(self) -> str:
@@ -46,18 +58,21 @@ class Learner:
         ray.get(self.weight_store.publish.remote(self.version, self.policy.state_dict()), timeout=120)
         return self.version
 
-    def update(self, min_version: int | None = None) -> dict:
-        """One learner iteration: sample, train, publish the next version."""
+    def update(self, min_version: int | None = None, offline_iteration: int | None = None) -> dict:
+        """One learner iteration: sample, train, and publish the next version when the policy changed
+        (a critic-only iteration keeps the version). `offline_iteration`: the iteration's index within
+        the offline phase (None online)."""
         t0 = time.perf_counter()
         trajectories = ray.get(
             self.buffer.sample.remote(self.cfg.learner.sample_trajectories, min_version), timeout=300
         )
         t1 = time.perf_counter()
-        metrics = self.algorithm.update(trajectories)
+        metrics = self.algorithm.update(trajectories, offline_iteration)
         t2 = time.perf_counter()
-        self.version += 1
-        self.policy.version = self.version
-        self.publish()
+        if metrics.get("actor/updates", 0):
+            self.version += 1
+            self.policy.version = self.version
+            self.publish()
         return metrics | {
             "learner/sampled_trajectories": len(trajectories),
             "time/sample_s": t1 - t0,

@@ -32,7 +32,10 @@ class RunConfig:
     output_dir: str | None = None  # default: runs/<name>
     seed: int = 0
     mode: Literal["sync", "async"] = "sync"
-    iterations: int = 10
+    # online: collect and learn; offline: learn from `offline.data` only; off2on: the offline phase, then online
+    # iterations with the offline data still in the replay buffer
+    training: Literal["online", "offline", "off2on"] = "online"
+    iterations: int = 10  # online iterations (the offline phase's length is the learner's)
     rollout_size: int = 32  # trajectories collected per iteration (sync) or per update (async)
     eval_every: int = 5
     eval_episodes: int = 30
@@ -168,17 +171,61 @@ class PolicyConfig:
 
 
 @dataclass
+class DigiRLConfig:
+    """DigiRL's critics, advantages and curriculum (REFERENCE.md §2.2); defaults are the published ones."""
+
+    gamma: float = 0.5
+    advantage: Literal["doubly_robust", "digirl_compat"] = "doubly_robust"  # the paper's form / the released code's
+    lam: float = 0.5  # doubly_robust: weight of the trajectory outcome, lam ** (steps to the end)
+    advantage_threshold: float = 0.05  # actor data: transitions whose advantage exceeds this
+    curriculum_quantile: float = 0.9  # actor data: trajectories whose reward - p_instr(task) is in the top 10%
+    critic_lr: float = 1e-4
+    instruction_critic_steps: int = 5  # per online iteration
+    step_critic_steps: int = 5
+    actor_steps: int = 20
+    offline_instruction_critic_iterations: int = 20  # the offline phase, run in this order
+    offline_step_critic_iterations: int = 20
+    offline_actor_iterations: int = 30
+    validation_fraction: float = 0.2  # trajectories held out of critic training, for validation metrics
+    text_encoder_path: str | None = None  # a RoBERTa-base folder; None: a tiny encoder built from config
+    text_hidden: int = 64  # size of the encoder built from config
+    max_text_tokens: int = 256
+    freeze_step_encoder: bool = True  # the step critic trains its heads only
+    critic_hidden: int | None = None  # step critic MLP width; None: the text encoder's hidden size
+    image_feature_dim: int = 1408  # pooled BLIP-2 ViT-g feature of one screenshot (two are stacked)
+    vision_path: str | None = None  # a Blip2VisionModel folder; None: a tiny one built from config
+    image_size: int = 32  # input resolution of the vision tower built from config
+
+
+@dataclass
 class LearnerConfig:
-    algorithm: Literal["filtered_bc"] = "filtered_bc"
-    filter: Literal["success", "quantile"] = "success"
+    algorithm: Literal["filtered_bc", "sft", "digirl"] = "filtered_bc"
+    # filtered_bc: `success` keeps successes; `quantile` (DigiRL's baseline) keeps trajectory rewards at or above
+    # the `quantile` of rewards, and successes only when few succeed; `shortest` (PAE) keeps, per task, the
+    # `shortest_fraction` of its successes with the fewest steps.
+    filter: Literal["success", "quantile", "shortest"] = "success"
     quantile: float = 0.9
-    lr: float = 1e-3
+    shortest_fraction: float = 0.2
+    prob_clamp: bool = False  # DigiRL: each token's probability clamped to [0.001, 0.99] inside the log
+    lr: float = 1e-3  # the policy's
     batch_size: int = 32
-    updates_per_iteration: int = 20
-    grad_clip: float = 1.0
+    grad_accumulation: int = 1  # micro-batches of `batch_size` per optimizer step
+    updates_per_iteration: int = 20  # filtered_bc / sft optimizer steps
+    grad_clip: float = 1.0  # per module: each network's own gradient norm
     sample_trajectories: int = 512  # trajectories drawn from the replay buffer per iteration
+    offline_iterations: int = 0  # filtered_bc / sft: iterations of the offline phase (digirl: digirl.offline_*)
+    # Clipped importance weights min(importance_clip, pi/mu) on the actor loss; auto: on in async mode,
+    # off in sync mode (the papers' recipes)
+    off_policy_correction: Literal["auto", "on", "off"] = "auto"
+    importance_clip: float = 1.0
+    digirl: DigiRLConfig = field(default_factory=DigiRLConfig)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     num_cpus: float = 1.0
+
+
+@dataclass
+class OfflineConfig:
+    data: list[str] = field(default_factory=list)  # trajectory shard folders or files (python -m rlsys.data import-…)
 
 
 @dataclass
@@ -206,6 +253,7 @@ class Config:
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     replay: ReplayConfig = field(default_factory=ReplayConfig)
+    offline: OfflineConfig = field(default_factory=OfflineConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
     @property
@@ -293,6 +341,65 @@ def check_consistency(cfg: Config) -> None:
         cfg.policy.prompt = {"element": "element_agent"}.get(cfg.env.action_space, "pae_agent")
     if len(cfg.env.viewport) != 2 or min(cfg.env.viewport) <= 0:
         raise ConfigError(f"env.viewport must be [width, height] in pixels, got {cfg.env.viewport}")
+    check_training(cfg)
+
+
+def check_training(cfg: Config) -> None:
+    learner, training = cfg.learner, cfg.run.training
+    if training != "online" and not cfg.offline.data:
+        raise ConfigError(f"run.training = {training!r} needs offline.data: trajectory shard folders to learn from")
+    if learner.algorithm == "digirl":
+        if learner.offline_iterations:
+            raise ConfigError(
+                "learner.offline_iterations is for filtered_bc / sft; DigiRL's offline phase is "
+                "learner.digirl.offline_{instruction_critic,step_critic,actor}_iterations"
+            )
+    elif training != "online" and learner.offline_iterations < 1:
+        raise ConfigError(f"run.training = {training!r} needs learner.offline_iterations >= 1")
+    for key in ("quantile", "shortest_fraction"):
+        if not 0 <= getattr(learner, key) <= 1:
+            raise ConfigError(f"learner.{key} must be within [0, 1], got {getattr(learner, key)}")
+    if learner.batch_size < 1 or learner.grad_accumulation < 1:
+        raise ConfigError("learner.batch_size and learner.grad_accumulation must be at least 1")
+
+
+def offline_phase_length(cfg: Config) -> int:
+    """Iterations of the offline phase (0 when training online)."""
+    if cfg.run.training == "online":
+        return 0
+    if cfg.learner.algorithm == "digirl":
+        d = cfg.learner.digirl
+        return d.offline_instruction_critic_iterations + d.offline_step_critic_iterations + d.offline_actor_iterations
+    return cfg.learner.offline_iterations
+
+
+def total_iterations(cfg: Config) -> int:
+    return offline_phase_length(cfg) + (cfg.run.iterations if cfg.run.training != "offline" else 0)
+
+
+PATH_KEYS = (
+    "policy.path",
+    "policy.vision_path",
+    "learner.digirl.text_encoder_path",
+    "learner.digirl.vision_path",
+)
+
+
+def check_paths(cfg: Config, offline_data: bool = True) -> None:
+    """Every file or folder the config names must exist; the error names the key (run before Ray starts)."""
+    named = [(key, _get(cfg, key)) for key in PATH_KEYS]
+    if offline_data and cfg.run.training != "online":
+        named += [(f"offline.data[{i}]", p) for i, p in enumerate(cfg.offline.data)]
+    for key, value in named:
+        if value and not Path(value).exists():
+            raise ConfigError(f"{key}: {value} does not exist (set it to a local path, e.g. {key}=/path/to/it)")
+
+
+def _get(cfg: Config, dotted: str) -> Any:
+    node: Any = cfg
+    for part in dotted.split("."):
+        node = getattr(node, part)
+    return node
 
 
 def build(cls: type, data: Any, prefix: str = "") -> Any:

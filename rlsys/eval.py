@@ -12,7 +12,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from rlsys.config import ConfigError, load_config
+from rlsys.config import ConfigError, check_paths, load_config
 from rlsys.tasks import check_tasks
 
 # What a saved policy folder holds: an HF model, a LoRA adapter, or a hosted model's description.
@@ -31,6 +31,7 @@ def main(argv=None) -> int:
     try:
         cfg = load_config(args.config, args.overrides)
         check_tasks(cfg.tasks, cfg.env.kind)
+        check_paths(cfg, offline_data=False)
     except ConfigError as e:
         print(f"config error: {e}", file=sys.stderr)
         return 2

@@ -42,7 +42,7 @@ class MetricsLogger:
         shown = {
             k.split("/")[-1]: v
             for k, v in clean.items()
-            if k in ("train/success_rate", "eval/success_rate", "learner/loss")
+            if k in ("train/success_rate", "eval/success_rate", "actor/loss")
         }
         self._bar.set_postfix({k: round(v, 3) for k, v in shown.items() if v is not None})
 

@@ -1,5 +1,10 @@
 """The driver: wires runners, replay buffer, weight store and learner, and runs the loop.
 
+`run.training`: `online` collects from the start; `offline` trains on `offline.data` for the
+learner's offline phase and stops; `off2on` runs the offline phase, then online iterations with the
+offline data still in the replay buffer. Iterations are numbered through both phases, so a resumed
+run continues exactly where its checkpoint was taken.
+
 `sync`: collect `rollout_size` trajectories, update, publish, evaluate (the papers' recipe).
 `async`: runners never stop; the learner updates whenever `rollout_size` new trainable
 trajectories arrived since its last update, dropping data older than `max_policy_lag` versions.
@@ -18,10 +23,10 @@ import numpy as np
 import ray
 
 from rlsys import checkpoint
-from rlsys.config import Config, redacted_dict, to_dict
+from rlsys.config import Config, offline_phase_length, redacted_dict, to_dict, total_iterations
 from rlsys.metrics import MetricsLogger, read_metrics, summarize_eval
-from rlsys.storage import ShardWriter
-from rlsys.tasks import TaskSource, eval_groups, eval_tasks
+from rlsys.storage import ShardWriter, read_trajectories
+from rlsys.tasks import TaskSource, eval_groups, eval_tasks, task_group
 from rlsys.types import Trajectory
 
 log = logging.getLogger(__name__)
@@ -76,10 +81,16 @@ class Trainer:
         self.learner = RemoteLearner.options(
             name="learner", num_cpus=cfg.learner.num_cpus if not learner_gpus else 1, num_gpus=learner_gpus
         ).remote(cfg, self.buffer, self.weight_store)
-        # runners start (browser, model imports) while the learner builds and publishes weights
-        self.pool = RunnerPool(cfg, self.weight_store, seed=cfg.run.seed)
-        if resume:
+        # runners start (browser, model imports) while the learner builds and publishes weights; an offline
+        # run without evaluation needs none
+        needs_runners = cfg.run.training != "offline" or bool(cfg.run.eval_every)
+        self.pool = RunnerPool(cfg, self.weight_store, seed=cfg.run.seed) if needs_runners else None
+        self.offline_iterations = offline_phase_length(cfg)
+        self.total_iterations = total_iterations(cfg)
+        if resume and checkpoint.latest(self.run_dir) is not None:
             self._restore()
+        elif cfg.run.training != "online":
+            self._load_offline_data()
         ray.get(self.learner.publish.remote(), timeout=600)
         self.version = ray.get(self.weight_store.get_version.remote())
         self._iteration_trajs: list[Trajectory] = []
@@ -172,33 +183,38 @@ class Trainer:
             "train/policy_lag": float(np.mean([self.version - 1 - t.policy_version for t in trainable]))
             if trainable
             else None,
-            "runners/restarts": self.pool.restarts,
+            "runners/restarts": self.pool.restarts if self.pool else 0,
             "dropped_stale": self.counters["dropped_stale"],
             "time/iteration_s": time.perf_counter() - started,
         }
+        record.update(per_group_success(trainable))
         record.update(learner_metrics)
         record.update({f"replay/{k}": v for k, v in ray.get(self.buffer.stats.remote(), timeout=60).items()})
         return record
 
     def _after_update(self, record: dict, logger: MetricsLogger) -> None:
         cfg = self.cfg.run
-        if cfg.eval_every and (self.iteration % cfg.eval_every == 0 or self.iteration == cfg.iterations):
+        last = self.iteration == self.total_iterations
+        if cfg.eval_every and (self.iteration % cfg.eval_every == 0 or last):
             record.update(self.evaluate())
         logger.log(record)
-        if cfg.checkpoint_every and (self.iteration % cfg.checkpoint_every == 0 or self.iteration == cfg.iterations):
+        if cfg.checkpoint_every and (self.iteration % cfg.checkpoint_every == 0 or last):
             self.save_checkpoint()
 
     def run(self) -> list[dict]:
         cfg = self.cfg.run
         logger = MetricsLogger(
-            self.cfg, self.run_dir, redacted_dict(to_dict(self.cfg)), total=cfg.iterations, start=self.iteration
+            self.cfg, self.run_dir, redacted_dict(to_dict(self.cfg)), total=self.total_iterations, start=self.iteration
         )
         try:
             if self.iteration == 0 and cfg.eval_at_start and cfg.eval_every:
                 logger.log({"iteration": 0, "policy_version": self.version, **self.evaluate()}, advance=False)
             started = time.perf_counter()
-            while self.iteration < cfg.iterations:
-                if cfg.mode == "sync":
+            while self.iteration < self.total_iterations:
+                if self.iteration < self.offline_iterations:
+                    metrics = ray.get(self.learner.update.remote(None, self.iteration), timeout=3600)
+                    self.version = metrics["policy_version"]
+                elif cfg.mode == "sync":
                     self._collect_sync()
                     metrics = ray.get(self.learner.update.remote(self._min_version()), timeout=3600)
                     self.version = metrics["policy_version"]
@@ -244,11 +260,20 @@ class Trainer:
 
         return checkpoint.write(self.run_dir, self.iteration, fill, self.cfg.run.keep_checkpoints)
 
+    def _load_offline_data(self) -> None:
+        trajectories = [t for path in self.cfg.offline.data for t in read_trajectories(path)]
+        kept = ray.get(self.buffer.add.remote(trajectories), timeout=600)
+        if len(trajectories) > self.cfg.replay.capacity:
+            log.warning(
+                "offline.data holds %d trajectories but replay.capacity is %d: only the newest are kept",
+                len(trajectories),
+                self.cfg.replay.capacity,
+            )
+        print(f"offline data: {len(trajectories)} trajectories read, {kept} trainable ones in the buffer", flush=True)
+        self.counters["offline_trajectories"] = kept
+
     def _restore(self) -> None:
         found = checkpoint.latest(self.run_dir)
-        if found is None:
-            log.warning("no complete checkpoint in %s; starting from scratch", self.run_dir)
-            return
         state = checkpoint.read_json(found / "state.json")
         files = checkpoint.read_files(found / "policy", "policy")
         files["learner.pt"] = (found / "learner.pt").read_bytes()
@@ -266,6 +291,15 @@ class Trainer:
         (self.run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
 
     def shutdown(self) -> None:
-        self.pool.shutdown()
+        if self.pool is not None:
+            self.pool.shutdown()
         for actor in (self.learner, self.buffer, self.weight_store):
             ray.kill(actor, no_restart=True)
+
+
+def per_group_success(trajectories: list[Trajectory]) -> dict:
+    """Training success rate per MiniWoB++ task or website (PAE reports it per site)."""
+    groups: dict[str, list[bool]] = {}
+    for t in trajectories:
+        groups.setdefault(task_group(t.task), []).append(t.outcome == "success")
+    return {f"train/success_rate/{g}": float(np.mean(v)) for g, v in sorted(groups.items())}

@@ -149,8 +149,9 @@ def test_sigkill_then_resume_keeps_counters_optimizer_and_buffer(tmp_path):
 
     learner_state = torch.load(final / "learner.pt", weights_only=True)
     assert learner_state["version"] == 4
-    adam_steps = {int(v["step"]) for v in learner_state["algorithm"]["optimizer"]["state"].values()}
-    updates = sum(r["learner/updates"] for r in records)
+    adam = learner_state["algorithm"]["actor"]["optimizer"]["optimizer"]
+    adam_steps = {int(v["step"]) for v in adam["state"].values()}
+    updates = sum(r["actor/updates"] for r in records)
     assert updates > 0 and adam_steps == {updates}  # optimizer state survived the kill
 
     assert_no_browsers_left(resumed_at)

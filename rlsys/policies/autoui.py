@@ -8,18 +8,13 @@ top-level `image_dense`, `mha_layer` and `gate_dense`, which is exactly `AutoUIM
 
 from __future__ import annotations
 
-import io
 import os
 from collections.abc import Sequence
 
-import numpy as np
 import torch
-from PIL import Image
 from torch import nn
 from transformers import (
     AutoTokenizer,
-    Blip2VisionConfig,
-    Blip2VisionModel,
     ByT5Tokenizer,
     LogitsProcessorList,
     T5Config,
@@ -28,17 +23,13 @@ from transformers import (
 from transformers.modeling_outputs import BaseModelOutput
 
 from rlsys.config import PolicyConfig
+from rlsys.image_features import PooledImageFeatures
 from rlsys.policies.base import HFPolicy, torch_dtype
 from rlsys.policies.grammar_decoding import GrammarLogitsProcessor
 from rlsys.policies.prompts import autoui_prompt
 from rlsys.policies.sampling import samples_from, sampling_kwargs, scored_tokens
 from rlsys.policies.tiny_t5 import byte_t5_config
 from rlsys.types import ActionSample, Observation
-
-FEATURE_KEY = "blip2_pooled"
-CLIP_MEAN = np.array([0.48145466, 0.4578275, 0.40821073], dtype=np.float32)
-CLIP_STD = np.array([0.26862954, 0.26130258, 0.27577711], dtype=np.float32)
-VISION_SEED = 0  # the tiny vision tower is not saved: every process must build the same one
 
 
 class AutoUIModel(T5ForConditionalGeneration):
@@ -67,21 +58,6 @@ class AutoUIModel(T5ForConditionalGeneration):
         return BaseModelOutput(last_hidden_state=(1 - gate) * hidden + gate * attended)
 
 
-def _tiny_vision(cfg: PolicyConfig) -> Blip2VisionModel:
-    vision_cfg = Blip2VisionConfig(
-        hidden_size=cfg.image_feature_dim,
-        intermediate_size=2 * cfg.image_feature_dim,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        image_size=cfg.image_size,
-        patch_size=max(1, cfg.image_size // 4),
-        initializer_range=0.02,  # the default (1e-10) makes every screenshot look the same
-    )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(VISION_SEED)
-        return Blip2VisionModel(vision_cfg)
-
-
 class AutoUIPolicy(HFPolicy):
     def __init__(self, model: AutoUIModel, tokenizer, cfg: PolicyConfig, device: str = "cpu"):
         dtype = torch_dtype(cfg, device)
@@ -90,14 +66,13 @@ class AutoUIPolicy(HFPolicy):
             self.model.gradient_checkpointing_enable()
         self.tokenizer = tokenizer
         self.tokenizer.truncation_side = "left"  # the goal comes last; drop the oldest text
-        vision = Blip2VisionModel.from_pretrained(cfg.vision_path) if cfg.vision_path else _tiny_vision(cfg)
-        if vision.config.hidden_size != model.image_dense.in_features:
+        if cfg.image_feature_dim != model.image_dense.in_features:
             raise ValueError(
-                f"the vision encoder's hidden size ({vision.config.hidden_size}) must equal the policy's "
-                f"image feature size ({model.image_dense.in_features}); check policy.vision_path and "
-                f"policy.image_feature_dim"
+                f"policy.image_feature_dim ({cfg.image_feature_dim}) is not the hidden size of the checkpoint's "
+                f"image_dense input ({model.image_dense.in_features})"
             )
-        self.vision = vision.to(device=device, dtype=dtype).eval().requires_grad_(False)
+        self.image_features = PooledImageFeatures(cfg.vision_path, cfg.image_feature_dim, cfg.image_size, device, dtype)
+        self.vision = self.image_features.model
         self.cfg = cfg
         self.device = device
         self.version = 0
@@ -128,29 +103,6 @@ class AutoUIPolicy(HFPolicy):
         self.tokenizer.save_pretrained(path)
 
     # -- inputs
-
-    def _pixels(self, png: bytes) -> np.ndarray:
-        size = self.vision.config.image_size
-        with Image.open(io.BytesIO(png)) as im:
-            rgb = im.convert("RGB").resize((size, size), Image.BICUBIC)
-        x = (np.asarray(rgb, dtype=np.float32) / 255.0 - CLIP_MEAN) / CLIP_STD
-        return x.transpose(2, 0, 1)
-
-    @torch.no_grad()
-    def image_features(self, observations: Sequence[Observation]) -> torch.Tensor:
-        """Pooled screenshot features [B, image_feature_dim], computed once per observation and cached on it."""
-        missing = [o for o in observations if FEATURE_KEY not in o.features]
-        if missing:
-            pixels = torch.from_numpy(np.stack([self._pixels(o.screenshot_png) for o in missing]))
-            pooled = self.vision(pixel_values=pixels.to(self.device, self.vision.dtype)).pooler_output
-            for obs, row in zip(missing, pooled.float().cpu().numpy()):
-                obs.features[FEATURE_KEY] = row
-        features = np.stack([np.asarray(o.features[FEATURE_KEY], dtype=np.float32) for o in observations])
-        if features.shape[1] != self.model.image_dense.in_features:
-            raise ValueError(
-                f"cached {FEATURE_KEY} has {features.shape[1]} values, not {self.model.image_dense.in_features}"
-            )
-        return torch.from_numpy(features).to(self.device)
 
     def prompt_inputs(self, observations: Sequence[Observation]):
         """The tokenized prompts (input_ids, attention_mask), padded on the right, truncated on the left."""

@@ -1,0 +1,88 @@
+"""Weighted imitation of chosen (observation, action) pairs: the actor update of filtered BC, SFT,
+PAE and DigiRL, with the optional probability clamp and clipped importance weights."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+
+from learners.losses import clamp_probs, importance_weights, sequence_weighted_nll, token_mean_nll
+from learners.optim import ModuleOptimizer, train_steps
+from learners.selection import imitable_steps
+from rlsys.config import LearnerConfig
+from rlsys.types import Observation, Trajectory
+
+
+@dataclass
+class ActorSample:
+    observation: Observation
+    action: str
+    behaviour_logprob: float | None
+    weight: float = 1.0
+
+
+def samples_of(trajectories: list[Trajectory]) -> list[ActorSample]:
+    return [
+        ActorSample(t.steps[i].observation, t.steps[i].action_text, t.steps[i].logprob)
+        for t in trajectories
+        for i in imitable_steps(t)
+    ]
+
+
+class ActorUpdate:
+    """`reduction`: `token_mean` (filtered BC, SFT, PAE: NLL per real token) or `sequence_mean`
+    (DigiRL: the batch mean of weight x the action's summed log-prob)."""
+
+    def __init__(
+        self,
+        cfg: LearnerConfig,
+        policy,
+        reduction: Literal["token_mean", "sequence_mean"],
+        correct_off_policy: bool,
+        seed: int = 0,
+    ):
+        self.cfg = cfg
+        self.policy = policy
+        self.reduction = reduction
+        self.correct_off_policy = correct_off_policy
+        self.optimizer = ModuleOptimizer("actor", policy.parameters(), cfg.lr, cfg.grad_clip)
+        self.rng = random.Random(seed)
+        self._stats: list[tuple[float, int, int]] = []
+
+    def loss(self, batch: list[ActorSample]) -> torch.Tensor:
+        token_logp, mask = self.policy.token_logprobs([s.observation for s in batch], [s.action for s in batch])
+        weights = torch.tensor([s.weight for s in batch], device=token_logp.device, dtype=torch.float32)
+        if self.correct_off_policy:
+            rho, unknown = importance_weights(
+                token_logp.sum(-1), [s.behaviour_logprob for s in batch], self.cfg.importance_clip
+            )
+            weights = weights * rho
+            self._stats.append((float(rho.mean()), int((rho >= self.cfg.importance_clip).sum()), unknown))
+        if self.cfg.prob_clamp:
+            token_logp = clamp_probs(token_logp, mask)
+        if self.reduction == "token_mean":
+            return token_mean_nll(token_logp, mask, weights)
+        return sequence_weighted_nll(token_logp, weights)
+
+    def run(self, samples: list[ActorSample], steps: int) -> dict:
+        if not samples or steps < 1:
+            return {"actor/updates": 0}
+        self.policy.train()
+        self._stats = []
+        metrics = train_steps(self.optimizer, samples, self.loss, steps, self.cfg, self.rng)
+        if self._stats:
+            metrics["actor/importance_weight"] = float(np.mean([m for m, _, _ in self._stats]))
+            metrics["actor/importance_clipped"] = sum(c for _, c, _ in self._stats)
+            metrics["actor/no_behaviour_logprob"] = sum(u for _, _, u in self._stats)
+        return metrics
+
+    def state_dict(self) -> dict:
+        return {"optimizer": self.optimizer.state_dict(), "rng": self.rng.getstate()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.rng.setstate(state["rng"])

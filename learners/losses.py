@@ -1,0 +1,47 @@
+"""Actor and critic losses. Token log-probs come from `policy.token_logprobs` (zero where masked)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+
+CLAMP_LOW, CLAMP_HIGH = math.log(0.001), math.log(0.99)
+
+
+def clamp_probs(token_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """log clamp(pi(token), 0.001, 0.99) (REFERENCE.md §2.2): tokens already above 0.99 or below 0.001
+    give no gradient. Padding stays zero."""
+    return token_logp.clamp(CLAMP_LOW, CLAMP_HIGH).masked_fill(~mask, 0.0)
+
+
+def importance_weights(
+    sequence_logp: torch.Tensor, behaviour_logp: Sequence[float | None], clip: float
+) -> tuple[torch.Tensor, int]:
+    """min(clip, pi(a|s) / mu(a|s)) per sample, detached; 1 where the behaviour log-prob is unknown
+    (imported data, hosted policies). Returns the weights and how many samples had no log-prob."""
+    known = torch.tensor([mu is not None for mu in behaviour_logp], device=sequence_logp.device)
+    mu = torch.tensor([0.0 if m is None else m for m in behaviour_logp], device=sequence_logp.device)
+    ratio = torch.exp(sequence_logp.detach().double() - mu.double()).clamp(max=clip).float()
+    return torch.where(known, ratio, torch.ones_like(ratio)), int((~known).sum())
+
+
+def token_mean_nll(token_logp: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Filtered BC / SFT: -sum_i w_i sum_t log pi / number of real tokens."""
+    return -(weights[:, None] * token_logp).sum() / mask.sum().clamp(min=1)
+
+
+def sequence_weighted_nll(token_logp: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """DigiRL's actor: -mean_batch(A_i * sum_t log pi)."""
+    return -(weights * token_logp.sum(-1)).mean()
+
+
+def two_class_ce(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of 2-logit success classifiers against 0/1 labels."""
+    return F.cross_entropy(logits.float(), labels.long())
+
+
+def success_probability(logits: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(logits.float(), dim=-1)[..., 1]

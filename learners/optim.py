@@ -1,0 +1,65 @@
+"""One optimizer per network, each clipping only its own gradients.
+
+DigiRL's released code clips one global norm over every module, including gradients other modules
+left behind; here a step zeroes, accumulates, clips and updates exactly one network's parameters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import torch
+
+
+class ModuleOptimizer:
+    def __init__(self, name: str, params: Iterable[torch.nn.Parameter], lr: float, max_norm: float):
+        self.name = name
+        self.params = [p for p in params if p.requires_grad]
+        if not self.params:
+            raise ValueError(f"{name}: no trainable parameters")
+        self.optimizer = torch.optim.Adam(self.params, lr=lr)
+        self.max_norm = max_norm
+        self.steps = 0
+
+    def step(self, micro_batch_losses: Iterable[Callable[[], torch.Tensor]]) -> dict:
+        """Accumulate the mean of the micro-batch losses, clip this network's gradient norm, update."""
+        losses = list(micro_batch_losses)
+        for p in self.params:
+            p.grad = None
+        total = 0.0
+        for compute in losses:
+            loss = compute() / len(losses)
+            loss.backward()
+            total += loss.item()
+        norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_norm)
+        self.optimizer.step()
+        self.steps += 1
+        return {"loss": total, "grad_norm": float(norm)}
+
+    def state_dict(self) -> dict:
+        return {"optimizer": self.optimizer.state_dict(), "steps": self.steps}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.steps = state["steps"]
+
+
+def train_steps(
+    optimizer: ModuleOptimizer,
+    items: list,
+    loss_fn: Callable[[list], torch.Tensor],
+    steps: int,
+    cfg,
+    rng,
+) -> dict:
+    """`steps` optimizer steps, each over `cfg.grad_accumulation` micro-batches of `cfg.batch_size` items drawn
+    without replacement."""
+    size = min(cfg.batch_size, len(items))
+    losses, norms = [], []
+    for _ in range(steps):
+        micro = [rng.sample(items, size) for _ in range(cfg.grad_accumulation)]
+        out = optimizer.step(lambda b=b: loss_fn(b) for b in micro)
+        losses.append(out["loss"])
+        norms.append(out["grad_norm"])
+    name = optimizer.name
+    return {f"{name}/updates": steps, f"{name}/loss": sum(losses) / steps, f"{name}/grad_norm": sum(norms) / steps}

@@ -1,0 +1,57 @@
+"""Which trajectories an algorithm imitates (REFERENCE.md §2.3, §5), and which of their steps."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import numpy as np
+
+from rlsys.config import LearnerConfig
+from rlsys.types import Trajectory
+
+
+def successes(trajectories: list[Trajectory]) -> list[Trajectory]:
+    return [t for t in trajectories if t.trainable and t.outcome == "success"]
+
+
+def reward_quantile(trajectories: list[Trajectory], quantile: float) -> list[Trajectory]:
+    """DigiRL's filtered BC: trajectory reward at or above the `quantile` of rewards. When few succeed the
+    cutoff is 0; the original then clones every trajectory, here only positive rewards are ever kept."""
+    trainable = [t for t in trajectories if t.trainable]
+    if not trainable:
+        return []
+    cutoff = float(np.quantile([t.reward for t in trainable], quantile))
+    return [t for t in trainable if t.reward >= cutoff and t.reward > 0]
+
+
+def shortest_successes(trajectories: list[Trajectory], fraction: float) -> list[Trajectory]:
+    """PAE's filtered BC: per task, the `fraction` of its successes with the fewest steps (at least one)."""
+    by_task: dict[str, list[Trajectory]] = defaultdict(list)
+    for t in successes(trajectories):
+        by_task[t.task.id].append(t)
+    kept = []
+    for group in by_task.values():
+        group.sort(key=lambda t: len(t.steps))  # stable: ties keep their buffer order
+        kept += group[: max(1, math.ceil(fraction * len(group)))]
+    return kept
+
+
+def non_empty(trajectories: list[Trajectory]) -> list[Trajectory]:
+    """SFT: every trainable trajectory with at least one step to imitate."""
+    return [t for t in trajectories if t.trainable and imitable_steps(t)]
+
+
+def imitable_steps(traj: Trajectory) -> list[int]:
+    """Steps whose action was produced and carried out: no empty text, no parse or action error."""
+    return [i for i, s in enumerate(traj.steps) if s.action_text and not s.error]
+
+
+def select(cfg: LearnerConfig, trajectories: list[Trajectory]) -> list[Trajectory]:
+    if cfg.algorithm == "sft":
+        return non_empty(trajectories)
+    if cfg.filter == "quantile":
+        return reward_quantile(trajectories, cfg.quantile)
+    if cfg.filter == "shortest":
+        return shortest_successes(trajectories, cfg.shortest_fraction)
+    return successes(trajectories)

@@ -69,8 +69,6 @@ class ActorUpdate:
         return sequence_weighted_nll(token_logp, weights)
 
     def run(self, samples: list[ActorSample], steps: int) -> dict:
-        if not samples or steps < 1:
-            return {"actor/updates": 0}
         self.policy.train()
         self._stats = []
         metrics = train_steps(self.optimizer, samples, self.loss, steps, self.cfg, self.rng)

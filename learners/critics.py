@@ -43,7 +43,7 @@ class TextEncoder(nn.Module):
             )
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(seed)
-                self.model = RobertaModel(config)
+                self.model = RobertaModel(config, add_pooling_layer=False)  # mean-pooled: see forward
         self.max_tokens = max_tokens
         self.hidden_size = self.model.config.hidden_size
 

@@ -202,12 +202,16 @@ class DigiRL:
 
     # ------------------------------------------------------------------ actor
 
+    def curriculum(self, train: list[Trajectory]) -> list[Trajectory]:
+        """Trajectories whose reward - p_instr(task) is at or above the `curriculum_quantile` of those scores."""
+        if not train:
+            return []
+        scores = curriculum_scores([t.reward for t in train], self.instruction_values(train))
+        return [t for t, keep in zip(train, top_quantile(scores, self.d.curriculum_quantile)) if keep]
+
     def actor_samples(self, train: list[Trajectory]) -> tuple[list[ActorSample], dict]:
         """Curriculum (top quantile of reward - p_instr), then transitions whose advantage passes the filter."""
-        if not train:
-            return [], {}
-        scores = curriculum_scores([t.reward for t in train], self.instruction_values(train))
-        chosen = [t for t, keep in zip(train, top_quantile(scores, self.d.curriculum_quantile)) if keep]
+        chosen = self.curriculum(train)
         samples, advantages = [], []
         for traj in chosen:
             transitions = transitions_of(traj, self.d.gamma)

@@ -54,6 +54,8 @@ def train_steps(
 ) -> dict:
     """`steps` optimizer steps, each over `cfg.grad_accumulation` micro-batches of `cfg.batch_size` items drawn
     without replacement."""
+    if steps < 1 or not items:
+        return {f"{optimizer.name}/updates": 0}
     size = min(cfg.batch_size, len(items))
     losses, norms = [], []
     for _ in range(steps):

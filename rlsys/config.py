@@ -377,17 +377,14 @@ def total_iterations(cfg: Config) -> int:
     return offline_phase_length(cfg) + (cfg.run.iterations if cfg.run.training != "offline" else 0)
 
 
-PATH_KEYS = (
-    "policy.path",
-    "policy.vision_path",
-    "learner.digirl.text_encoder_path",
-    "learner.digirl.vision_path",
-)
+PATH_KEYS = ("policy.path", "policy.vision_path")
+DIGIRL_PATH_KEYS = ("learner.digirl.text_encoder_path", "learner.digirl.vision_path")
 
 
 def check_paths(cfg: Config, offline_data: bool = True) -> None:
     """Every file or folder the config names must exist; the error names the key (run before Ray starts)."""
-    named = [(key, _get(cfg, key)) for key in PATH_KEYS]
+    keys = PATH_KEYS + (DIGIRL_PATH_KEYS if cfg.learner.algorithm == "digirl" else ())
+    named = [(key, _get(cfg, key)) for key in keys]
     if offline_data and cfg.run.training != "online":
         named += [(f"offline.data[{i}]", p) for i, p in enumerate(cfg.offline.data)]
     for key, value in named:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from pathlib import Path
 
 from rlsys.config import ConfigError, TasksConfig
 from rlsys.types import Task
@@ -40,6 +41,9 @@ def load_suite(cfg: TasksConfig, split: str) -> list[Task]:
     path = (cfg.eval_file or cfg.file) if split == "eval" else cfg.file
     if not path:
         raise ConfigError(f"tasks.suite = {cfg.suite!r} needs tasks.file (a JSONL task file)")
+    if not Path(path).is_file():
+        key = "tasks.eval_file" if split == "eval" and cfg.eval_file else "tasks.file"
+        raise ConfigError(f"{key}: {path} does not exist")
     return load_task_file(path, split=split, url_map=cfg.url_map, suite=cfg.suite)
 
 

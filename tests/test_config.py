@@ -114,3 +114,39 @@ def test_train_refuses_an_api_policy_before_ray_starts(tmp_path, capsys):
 def test_shipped_configs_load(name):
     cfg = load_config(Path(__file__).parent.parent / "configs" / name)
     assert cfg.run.name
+
+
+RECIPES = Path(__file__).parent.parent / "configs"
+
+
+@pytest.mark.parametrize(
+    "name, first_missing",
+    [
+        ("digirl_offline.yaml", "policy.path"),
+        ("digirl_off2on.yaml", "policy.path"),
+        ("filteredbc_offline.yaml", "policy.path"),
+        ("pae_webvoyager.yaml", "tasks.file"),
+    ],
+)
+def test_recipes_name_the_model_path_to_set(name, first_missing, tmp_path, monkeypatch, capsys):
+    """The published recipes run on models the user downloads; until then train says which key to set."""
+    from rlsys.train import main
+
+    monkeypatch.chdir(tmp_path)  # no models/ or data/ here
+    assert main(["--config", str(RECIPES / name), f"run.output_dir={tmp_path / 'run'}"]) == 2
+    err = capsys.readouterr().err
+    assert f"{first_missing}: " in err and "does not exist" in err
+
+
+def test_recipe_defaults_are_the_published_ones():
+    digirl = load_config(RECIPES / "digirl_off2on.yaml")
+    d = digirl.learner.digirl
+    assert (digirl.learner.lr, d.critic_lr, digirl.learner.grad_clip) == (1e-4, 1e-4, 0.01)
+    assert (digirl.learner.batch_size * digirl.learner.grad_accumulation, digirl.run.rollout_size) == (128, 16)
+    assert (d.instruction_critic_steps, d.step_critic_steps, d.actor_steps) == (5, 5, 20)
+    offline = (d.offline_instruction_critic_iterations, d.offline_step_critic_iterations, d.offline_actor_iterations)
+    assert offline == (20, 20, 30) and d.gamma == 0.5 and digirl.learner.prob_clamp
+    assert digirl.run.training == "off2on" and digirl.run.mode == "sync"
+    pae = load_config(RECIPES / "pae_webvoyager.yaml")
+    assert (pae.learner.filter, pae.learner.lr, pae.learner.grad_accumulation) == ("shortest", 2e-5, 32)
+    assert (pae.policy.lora.r, pae.policy.lora.alpha, pae.run.rollout_size) == (256, 256, 256)

@@ -1,0 +1,160 @@
+"""DigiRL with tiny real networks: schedule, critics that learn, actor data, isolation, checkpoints."""
+
+import io
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from learners.actor import ActorSample, ActorUpdate
+from learners.digirl import DigiRL, is_validation, transitions_of
+from learners.losses import token_mean_nll
+from rlsys.config import DigiRLConfig, LearnerConfig, PolicyConfig
+from rlsys.policies import build_policy
+from rlsys.types import Observation, Step, Task, Trajectory
+
+
+def png(color) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(np.full((24, 24, 3), color, dtype=np.uint8)).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+RED, BLUE = png((220, 30, 30)), png((30, 30, 220))
+
+
+def traj(task: str, screen: bytes, rewards, tid: str, errors=None) -> Trajectory:
+    errors = errors or [None] * len(rewards)
+    steps = [
+        Step(Observation(screen, '[0] button "OK"', "", task), f"click [{i}]", None, float(r), False, 0, -2.0, error=e)
+        for i, (r, e) in enumerate(zip(rewards, errors))
+    ]
+    steps[-1].done = True
+    final = Observation(screen, "", "", task)
+    outcome = "success" if sum(rewards) > 0 else "failure"
+    return Trajectory(Task(task, task, "test"), steps, outcome, id=tid, final_observation=final)
+
+
+def learner_cfg(**digirl) -> LearnerConfig:
+    d = DigiRLConfig(
+        text_hidden=16, max_text_tokens=48, image_feature_dim=8, image_size=16, critic_hidden=16, critic_lr=1e-2,
+        validation_fraction=0.0, **digirl,
+    )  # fmt: skip
+    return LearnerConfig(algorithm="digirl", lr=1e-3, batch_size=8, grad_clip=1.0, digirl=d)
+
+
+@pytest.fixture(scope="module")
+def policy():
+    return build_policy(PolicyConfig(d_model=32, d_ff=64, num_heads=2), seed=0)
+
+
+def dataset():
+    easy = [traj("open the mail app", RED, [0, 1], f"e{i}") for i in range(12)]
+    hard = [traj("buy a red sofa online", BLUE, [0, 0, 0], f"h{i}") for i in range(12)]
+    return easy + hard
+
+
+def test_offline_phase_runs_the_three_stages_in_order(policy):
+    algo = DigiRL(learner_cfg(offline_instruction_critic_iterations=2, offline_step_critic_iterations=3,
+                              offline_actor_iterations=4), policy)  # fmt: skip
+    names = [algo.stages(i)[0][0] for i in range(9)]
+    assert names == ["instruction_critic"] * 2 + ["step_critic"] * 3 + ["actor"] * 4
+    assert [n for n, _ in algo.stages(None)] == ["instruction_critic", "step_critic", "actor"]
+    assert algo.stages(None) == [("instruction_critic", 5), ("step_critic", 5), ("actor", 20)]
+
+
+def test_critics_learn_which_tasks_and_screens_succeed_and_nothing_else_moves(policy):
+    algo = DigiRL(learner_cfg(instruction_critic_steps=40, step_critic_steps=40, actor_steps=0), policy)
+    data = dataset()
+    actor_before = [p.detach().clone() for p in policy.parameters()]
+    metrics = algo.update(data)
+    assert metrics["instruction_critic/updates"] == 40 and metrics["step_critic/updates"] == 40
+    assert all(torch.equal(a, p) for a, p in zip(actor_before, policy.parameters()))  # critics only
+    p_easy, p_hard = algo.instruction_values([data[0], data[-1]])
+    assert p_easy > 0.8 and p_hard < 0.2
+    values = algo.state_values(transitions_of(data[0], 0.5) + transitions_of(data[-1], 0.5), next_state=False)
+    assert values[:2].min() > 0.8 and values[2:].max() < 0.2  # y = 1[G_t > 0]: every step of a success is 1
+
+
+def test_frozen_step_encoder_is_not_trained_or_checkpointed(policy):
+    algo = DigiRL(learner_cfg(instruction_critic_steps=1, step_critic_steps=3, actor_steps=0), policy)
+    encoder_before = {k: v.clone() for k, v in algo.step_critic.encoder.state_dict().items()}
+    algo.update(dataset())
+    assert all(torch.equal(v, algo.step_critic.encoder.state_dict()[k]) for k, v in encoder_before.items())
+    assert not any(k.startswith("encoder.") for k in algo.state_dict()["step_critic"])
+    assert any(k.startswith("encoder.") for k in algo.state_dict()["instruction_critic"])  # fine-tuned
+
+
+def test_lambda_one_imitates_exactly_the_imitable_steps_of_successes(policy):
+    algo = DigiRL(learner_cfg(lam=1.0, curriculum_quantile=0.0), policy)
+    data = dataset() + [traj("open the mail app", RED, [0, 0, 1], "x", errors=[None, "parse error", None])]
+    samples, metrics = algo.actor_samples(data)
+    # A_t = r_H: every step of the 12 two-step successes, and the errorless two steps of the last one
+    assert len(samples) == 12 * 2 + 2
+    assert metrics["digirl/curriculum_trajectories"] == 25
+    assert all(s.observation.screenshot_png == RED for s in samples)
+
+
+def test_curriculum_prefers_successes_the_instruction_critic_doubts(policy):
+    algo = DigiRL(learner_cfg(instruction_critic_steps=40, step_critic_steps=0, actor_steps=0, lam=1.0), policy)
+    data = dataset()
+    algo.update(data)
+    surprise = traj("buy a red sofa online", BLUE, [0, 1], "s")  # success on a task that always failed
+    # scores: surprise 1 - p(hard) ~ 1; easy successes 1 - p(easy) ~ 0; failures 0 - p(hard) ~ 0 but lower
+    kept = algo.curriculum(data + [surprise])
+    assert "s" in {t.id for t in kept} and not any(t.id.startswith("h") for t in kept)
+    kept = algo.curriculum([surprise, data[0], data[-1]])  # 90th percentile of 3 scores: only the top one
+    assert [t.id for t in kept] == ["s"]
+
+
+def test_actor_step_changes_only_the_policy_and_checkpoint_round_trips(policy):
+    cfg = learner_cfg(instruction_critic_steps=2, step_critic_steps=2, actor_steps=2, lam=1.0, curriculum_quantile=0)
+    algo = DigiRL(cfg, policy)
+    data = dataset()
+    algo.update(data)
+    critic_state = {k: v.clone() for k, v in algo.step_critic.state_dict().items()}
+    instr_state = {k: v.clone() for k, v in algo.instruction_critic.state_dict().items()}
+    actor_before = [p.detach().clone() for p in policy.parameters()]
+    metrics = algo._train_actor(data, [], steps=2)
+    assert metrics["actor/updates"] == 2
+    assert any(not torch.equal(a, p) for a, p in zip(actor_before, policy.parameters()))
+    assert all(torch.equal(v, algo.step_critic.state_dict()[k]) for k, v in critic_state.items())
+    assert all(torch.equal(v, algo.instruction_critic.state_dict()[k]) for k, v in instr_state.items())
+
+    state = algo.state_dict()
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    other = DigiRL(cfg, policy, seed=5)
+    other.load_state_dict(torch.load(io.BytesIO(buf.getvalue()), weights_only=True))
+    probe = transitions_of(data[0], 0.5)
+    np.testing.assert_allclose(other.state_values(probe, False), algo.state_values(probe, False), rtol=0, atol=1e-6)
+    np.testing.assert_allclose(other.instruction_values(data[:2]), algo.instruction_values(data[:2]), atol=1e-6)
+    assert other.optimizers["step_critic"].steps == algo.optimizers["step_critic"].steps == 2
+    assert other.rng.random() == algo.rng.random()
+
+
+def test_validation_split_is_stable_and_near_its_fraction():
+    trajs = [traj("t", RED, [1], f"id-{i}") for i in range(2000)]
+    held = [is_validation(t, 0.2) for t in trajs]
+    assert 0.17 < np.mean(held) < 0.23
+    assert held == [is_validation(t, 0.2) for t in trajs]
+    assert not any(is_validation(t, 0.0) for t in trajs)
+
+
+def test_actor_loss_applies_clipped_importance_weights(policy):
+    cfg = LearnerConfig(batch_size=2, importance_clip=1.0)
+    obs = Observation(b"", '[0] button "OK"', "", "click OK")
+    with torch.no_grad():
+        logp, mask = policy.token_logprobs([obs, obs], ["click [0]", "click [1]"])
+    seq = logp.sum(-1)
+    batch = [
+        ActorSample(obs, "click [0]", float(seq[0]) + 2.0),  # behaviour was likelier: rho = e^-2
+        ActorSample(obs, "click [1]", float(seq[1]) - 2.0),  # less likely: rho = e^2, clipped to 1
+    ]
+    corrected = ActorUpdate(cfg, policy, "token_mean", correct_off_policy=True)
+    plain = ActorUpdate(cfg, policy, "token_mean", correct_off_policy=False)
+    with torch.no_grad():
+        expected = token_mean_nll(logp, mask, torch.tensor([np.exp(-2.0), 1.0], dtype=torch.float32))
+        assert corrected.loss(batch).item() == pytest.approx(expected.item(), rel=1e-4)
+        assert plain.loss(batch).item() == pytest.approx(token_mean_nll(logp, mask, torch.ones(2)).item(), rel=1e-4)

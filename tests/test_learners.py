@@ -1,0 +1,168 @@
+"""The learners' numbers, checked against the formulas of REFERENCE.md §2.2–2.3 and §5 by hand."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from learners.advantages import curriculum_scores, digirl_compat, doubly_robust, keep_mask, top_quantile
+from learners.losses import clamp_probs, importance_weights, sequence_weighted_nll, token_mean_nll
+from learners.optim import ModuleOptimizer
+from learners.returns import discounted_returns, success_labels
+from learners.selection import non_empty, reward_quantile, select, shortest_successes
+from rlsys.config import LearnerConfig
+from rlsys.types import Observation, Step, Task, Trajectory
+
+
+def traj(task: str, rewards, outcome: str | None = None, errors=None, tid: str | None = None) -> Trajectory:
+    errors = errors or [None] * len(rewards)
+    steps = [
+        Step(Observation(b"", "", "", task), f"click [{i}]", None, float(r), i == len(rewards) - 1, 0, -1.0, error=e)
+        for i, (r, e) in enumerate(zip(rewards, errors))
+    ]
+    outcome = outcome or ("success" if sum(rewards) > 0 else "failure")
+    return Trajectory(Task(task, task, "test"), steps, outcome, **({"id": tid} if tid else {}))
+
+
+# ------------------------------------------------------------------ returns and labels
+
+
+def test_returns_and_success_labels():
+    assert discounted_returns([0, 0, 1], 0.5) == [0.25, 0.5, 1.0]
+    assert discounted_returns([0, 0, 1], 0.95) == pytest.approx([0.9025, 0.95, 1.0])
+    assert discounted_returns([0, 0], 0.5) == [0.0, 0.0]
+    assert success_labels([0.25, 0.5, 1.0]).tolist() == [1, 1, 1]
+    assert success_labels([0.0, 0.0]).tolist() == [0, 0]
+
+
+# ------------------------------------------------------------------ advantages
+
+
+def test_doubly_robust_advantage_by_hand():
+    # success at the last of three steps, lambda 0.5: weights lam^(H-t) = 0.25, 0.5, 1
+    adv = doubly_robust([0, 0, 1], values=[0.2, 0.4, 0.7], next_values=[0.4, 0.7, 0.9], lam=0.5)
+    # A0 = 0.25*1 + 0.75*(0 + 0.4 - 0.2); A1 = 0.5*1 + 0.5*(0 + 0.7 - 0.4); A2 = 1*1
+    assert adv == pytest.approx([0.4, 0.65, 1.0])
+    failed = doubly_robust([0, 0, 0], values=[0.5, 0.3, 0.1], next_values=[0.3, 0.1, 0.05], lam=0.5)
+    assert failed == pytest.approx([-0.15, -0.1, 0.0])
+    assert keep_mask(adv, "doubly_robust", 0.05).tolist() == [True, True, True]
+    assert keep_mask(failed, "doubly_robust", 0.05).tolist() == [False, False, False]
+    # lambda 1: the outcome alone; lambda 0: the one-step critic advantage, except at the last step, where
+    # lam^0 = 1 and the advantage is the outcome
+    assert doubly_robust([0, 1], [0.9, 0.9], [0.1, 0.5], lam=1.0) == pytest.approx([1.0, 1.0])
+    assert doubly_robust([0, 1], [0.9, 0.2], [0.1, 0.5], lam=0.0) == pytest.approx([-0.8, 1.0])
+
+
+def test_digirl_compat_advantage_by_hand():
+    returns = discounted_returns([0, 0, 1], 0.5)
+    # p(s') - p(s) + r + G: 0.2 + 0.25, 0.3 + 0.5, 0.2 + 1 + 1 -> all above 0.05
+    assert digirl_compat([0, 0, 1], returns, [0.2, 0.4, 0.7], [0.4, 0.7, 0.9], 0.05).tolist() == [1, 1, 1]
+    # a failure: -0.2, -0.2, -0.05 -> none; a small rise of 0.02 stays under the threshold, 0.06 passes
+    assert digirl_compat([0, 0, 0], [0, 0, 0], [0.5, 0.3, 0.1], [0.3, 0.1, 0.05], 0.05).tolist() == [0, 0, 0]
+    assert digirl_compat([0, 0], [0, 0], [0.5, 0.5], [0.52, 0.56], 0.05).tolist() == [0, 1]
+    assert keep_mask(np.array([0.0, 1.0]), "digirl_compat", 0.05).tolist() == [False, True]
+
+
+def test_curriculum_keeps_the_top_quantile_of_reward_minus_instruction_value():
+    scores = curriculum_scores([1, 1, 0, 0, 1], [0.9, 0.2, 0.1, 0.8, 0.5])
+    assert scores == pytest.approx([0.1, 0.8, -0.1, -0.8, 0.5])
+    # 90th percentile of [-0.8, -0.1, 0.1, 0.5, 0.8] (linear) = 0.5 + 0.6 * 0.3 = 0.68
+    assert top_quantile(scores, 0.9).tolist() == [False, True, False, False, False]
+    assert top_quantile(scores, 0.5).tolist() == [True, True, False, False, True]
+    assert top_quantile(scores, 0.0).all()
+
+
+# ------------------------------------------------------------------ filtered BC kept sets
+
+
+def test_digirl_filtered_bc_keeps_the_reward_quantile():
+    half = [traj(f"t{i}", [0, 1] if i % 2 else [0, 0]) for i in range(10)]
+    assert {t.task.id for t in reward_quantile(half, 0.9)} == {"t1", "t3", "t5", "t7", "t9"}
+    # 1 of 20 succeeds: the cutoff is 0 and the original would clone all 20; only the success is kept
+    few = [traj(f"t{i}", [1] if i == 7 else [0]) for i in range(20)]
+    assert [t.task.id for t in reward_quantile(few, 0.9)] == ["t7"]
+    # untrainable trajectories never count, not even towards the cutoff
+    broken = traj("x", [1], outcome="env_error")
+    assert reward_quantile([broken, traj("y", [0])], 0.9) == []
+
+
+def test_pae_filtered_bc_keeps_the_shortest_fifth_of_each_tasks_successes():
+    a = [traj("A", [0] * (n - 1) + [1]) for n in (3, 1, 2, 5, 4)] + [traj("A", [0])]
+    b = [traj("B", [0] * (n - 1) + [1]) for n in (2, 4, 2, 3, 5, 6)]
+    c = [traj("C", [0, 0, 1]), traj("C", [0, 0], outcome="timeout")]
+    kept = shortest_successes(a + b + c, 0.2)
+    by_task = sorted((t.task.id, len(t.steps)) for t in kept)
+    # A: ceil(0.2 * 5) = 1 -> the 1-step one; B: ceil(0.2 * 6) = 2 -> both 2-step ones; C: its only success
+    assert by_task == [("A", 1), ("B", 2), ("B", 2), ("C", 3)]
+
+
+def test_sft_keeps_every_trainable_trajectory_with_something_to_imitate():
+    keep = [traj("a", [0, 0]), traj("b", [1]), traj("c", [0], outcome="timeout")]
+    drop = [
+        traj("d", [1], outcome="env_error"),
+        traj("e", [0], outcome="unknown"),
+        Trajectory(Task("f", "f", "test"), [], "failure"),
+        traj("g", [0, 0], errors=["parse error", "parse error"]),
+    ]
+    assert [t.task.id for t in non_empty(keep + drop)] == ["a", "b", "c"]
+    assert select(LearnerConfig(algorithm="sft"), keep + drop) == non_empty(keep + drop)
+    assert [t.task.id for t in select(LearnerConfig(filter="success"), keep + drop)] == ["b"]
+
+
+# ------------------------------------------------------------------ losses
+
+
+def test_token_mean_and_sequence_losses_by_hand():
+    logp = torch.tensor([[-1.0, -2.0, 0.0], [-0.5, 0.0, 0.0]])
+    mask = torch.tensor([[True, True, False], [True, False, False]])
+    weights = torch.tensor([1.0, 2.0])
+    # -(1*(-1 - 2) + 2*(-0.5)) / 3 real tokens
+    assert token_mean_nll(logp, mask, weights).item() == pytest.approx(4 / 3)
+    # -mean(1*(-3), 2*(-0.5))
+    assert sequence_weighted_nll(logp, weights).item() == pytest.approx(2.0)
+
+
+def test_probability_clamp_silences_confident_and_hopeless_tokens():
+    logp = torch.log(torch.tensor([[0.995, 0.5, 0.0005, 1.0]])).requires_grad_(True)
+    mask = torch.tensor([[True, True, True, False]])
+    clamped = clamp_probs(logp, mask)
+    assert clamped.detach().exp()[0, :3].tolist() == pytest.approx([0.99, 0.5, 0.001])
+    assert clamped[0, 3].item() == 0.0  # padding stays zero, not log 0.99
+    clamped.sum().backward()
+    assert logp.grad.tolist() == [[0.0, 1.0, 0.0, 0.0]]
+
+
+def test_importance_weights_are_clipped_and_default_to_one():
+    current = torch.tensor([-1.0, -3.0, -2.0])
+    rho, unknown = importance_weights(current, [-2.0, -1.0, None], clip=1.0)
+    assert rho.tolist() == pytest.approx([1.0, math.exp(-2.0), 1.0])
+    assert unknown == 1
+    rho, _ = importance_weights(current, [-2.0, -1.0, None], clip=2.0)
+    assert rho[0].item() == pytest.approx(2.0)  # e^1 = 2.72, clipped at 2
+
+
+# ------------------------------------------------------------------ per-module optimisation
+
+
+def test_each_module_clips_only_its_own_gradient():
+    actor, critic = torch.nn.Linear(2, 1, bias=False), torch.nn.Linear(1, 1, bias=False)
+    with torch.no_grad():
+        actor.weight.copy_(torch.tensor([[1.0, 1.0]]))
+    critic.weight.grad = torch.tensor([[100.0]])  # a stale gradient another module left behind
+    opt = ModuleOptimizer("actor", actor.parameters(), lr=0.1, max_norm=1.0)
+    x = torch.tensor([3.0, 4.0])
+    out = opt.step([lambda: actor(x).sum()])
+    assert out["grad_norm"] == pytest.approx(5.0)  # the actor's own norm, not sqrt(5^2 + 100^2)
+    assert actor.weight.grad[0].tolist() == pytest.approx([0.6, 0.8])  # clipped to norm 1 by itself
+    assert critic.weight.grad.tolist() == [[100.0]]  # untouched
+    # Adam's first step moves each weight by lr in the direction of its gradient's sign
+    assert actor.weight.detach()[0].tolist() == pytest.approx([0.9, 0.9])
+
+
+def test_micro_batches_accumulate_to_their_mean():
+    w = torch.nn.Parameter(torch.tensor([2.0]))
+    opt = ModuleOptimizer("m", [w], lr=0.1, max_norm=1e9)
+    out = opt.step([lambda: 3 * w.sum(), lambda: 5 * w.sum()])
+    assert out["loss"] == pytest.approx((6 + 10) / 2)
+    assert w.grad.item() == pytest.approx(4.0)  # mean of 3 and 5

@@ -1,0 +1,114 @@
+"""Offline and offline-to-online training through the real driver, Ray actors and MiniWoB++."""
+
+import time
+
+import pytest
+
+from rlsys import checkpoint
+from rlsys.config import ConfigError, check_paths
+from rlsys.metrics import read_metrics
+from rlsys.trainer import Trainer
+from tests.conftest import assert_no_browsers_left, browsers_started_after, make_config
+
+TINY_DIGIRL = {
+    "text_hidden": 16,
+    "max_text_tokens": 64,
+    "image_feature_dim": 8,
+    "image_size": 16,
+    "instruction_critic_steps": 2,
+    "step_critic_steps": 2,
+    "actor_steps": 2,
+    "offline_instruction_critic_iterations": 1,
+    "offline_step_critic_iterations": 1,
+    "offline_actor_iterations": 1,
+}
+
+
+def run(cfg, resume=False):
+    trainer = Trainer(cfg, cfg.output_dir, resume=resume)
+    try:
+        trainer.run()
+    finally:
+        trainer.shutdown()
+    return trainer
+
+
+@pytest.fixture(scope="module")
+def collected(ray_session, tmp_path_factory):
+    """Offline data: the trajectories of a short online run."""
+    tmp = tmp_path_factory.mktemp("collect")
+    cfg = make_config(tmp, run__iterations=1, run__rollout_size=8)
+    run(cfg)
+    return cfg.output_dir / "trajectories"
+
+
+def test_offline_training_starts_no_runner_and_counts_its_own_iterations(collected, tmp_path):
+    t0 = time.time()
+    cfg = make_config(
+        tmp_path,
+        run__training="offline",
+        learner__offline_iterations=3,
+        learner__filter="quantile",
+        offline__data=[str(collected)],
+    )
+    trainer = run(cfg)
+    assert trainer.pool is None and not browsers_started_after(t0)
+    records = read_metrics(cfg.output_dir)
+    assert [r["iteration"] for r in records] == [1, 2, 3]  # run.iterations (2) is the online phase's
+    assert records[0]["replay/size"] >= 1 and records[0]["learner/sampled_trajectories"] >= 1
+
+
+def test_off2on_digirl_completes_then_resumes_without_skipping_or_repeating(collected, tmp_path):
+    t0 = time.time()
+    cfg = make_config(
+        tmp_path,
+        run__training="off2on",
+        run__iterations=1,
+        learner__algorithm="digirl",
+        learner__digirl=TINY_DIGIRL,
+        offline__data=[str(collected)],
+    )
+    run(cfg)
+    records = read_metrics(cfg.output_dir)
+    assert [r["iteration"] for r in records] == [1, 2, 3, 4]
+    assert [r["digirl/stage"] for r in records] == ["instruction_critic", "step_critic", "actor", "actor"]
+    assert records[0]["instruction_critic/updates"] == 2 and "step_critic/updates" not in records[0]
+    assert records[3]["instruction_critic/updates"] == records[3]["step_critic/updates"] == 2  # online: all three
+    # the policy changes, and a new version is published, only when the actor trained
+    actor_trained = [r.get("actor/updates", 0) > 0 for r in records]
+    versions = [r["policy_version"] for r in records]
+    assert versions == [sum(actor_trained[: i + 1]) for i in range(4)]
+    assert records[3]["trajectories"] == cfg.run.rollout_size  # only the online iteration collected
+    offline_size = records[0]["replay/size"]
+    assert offline_size >= 1 and records[3]["replay/size"] > offline_size  # offline data stayed in the buffer
+
+    more = make_config(tmp_path, **{**_overrides(cfg), "run__iterations": 2})
+    run(more, resume=True)
+    records = read_metrics(cfg.output_dir)
+    assert [r["iteration"] for r in records] == [1, 2, 3, 4, 5]
+    assert records[4]["digirl/stage"] == "actor" and records[4]["replay/size"] >= records[3]["replay/size"]
+    state = checkpoint.read_json(checkpoint.latest(cfg.output_dir) / "state.json")
+    assert state["counters"]["offline_trajectories"] == offline_size  # loaded once, not again on resume
+    assert_no_browsers_left(t0)
+
+
+def _overrides(cfg) -> dict:
+    return {
+        "run__training": "off2on",
+        "learner__algorithm": "digirl",
+        "learner__digirl": TINY_DIGIRL,
+        "offline__data": cfg.offline.data,
+    }
+
+
+def test_missing_offline_data_and_model_paths_name_their_key(tmp_path):
+    with pytest.raises(ConfigError, match="needs offline.data"):
+        make_config(tmp_path, run__training="off2on", learner__algorithm="digirl")
+    with pytest.raises(ConfigError, match="learner.offline_iterations >= 1"):
+        make_config(tmp_path, run__training="offline", offline__data=[str(tmp_path)])
+    cfg = make_config(tmp_path, run__training="off2on", learner__algorithm="digirl", offline__data=["nowhere"])
+    with pytest.raises(ConfigError, match=r"offline.data\[0\]: nowhere does not exist"):
+        check_paths(cfg)
+    cfg = make_config(tmp_path, learner__digirl={"text_encoder_path": str(tmp_path / "roberta-base")})
+    with pytest.raises(ConfigError, match="learner.digirl.text_encoder_path: .*roberta-base does not exist"):
+        check_paths(cfg)

@@ -7,6 +7,8 @@ quantile 0.9, i.e. successes here); DigiRL adds the instruction critic, the step
 screenshot features, the curriculum and the advantage filter, with tiny critics built from config.
 
     python benchmarks/digirl_vs_filteredbc.py --seeds 0 1 2 --iterations 8
+    python benchmarks/digirl_vs_filteredbc.py --algorithms digirl --set learner.digirl.curriculum_quantile=0.5 \
+        --tag curriculum0.5     # a variant: extra overrides for every run, results under their own name
 """
 
 from __future__ import annotations
@@ -46,13 +48,13 @@ ALGORITHMS = {
 }
 
 
-def run(algorithm: str, seed: int, iterations: int, out: Path) -> list[dict]:
+def run(algorithm: str, seed: int, iterations: int, out: Path, extra: list[str]) -> list[dict]:
     run_dir = out / f"{algorithm}-seed{seed}"
     shutil.rmtree(run_dir, ignore_errors=True)
     args = [
         sys.executable, "-m", "rlsys.train", "--config", "configs/quickstart.yaml",
         f"run.output_dir={run_dir}", f"run.seed={seed}", f"run.iterations={iterations}",
-        *COMMON, *ALGORITHMS[algorithm],
+        *COMMON, *ALGORITHMS[algorithm], *extra,
     ]  # fmt: skip
     started = time.perf_counter()
     subprocess.run(args, check=True, stdout=subprocess.DEVNULL, env={**os.environ, "RAY_AUTH_MODE": "disabled"})
@@ -85,23 +87,27 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--iterations", type=int, default=8)
-    p.add_argument("--out", default="runs/bench-digirl-vs-fbc")
+    p.add_argument("--algorithms", nargs="+", choices=sorted(ALGORITHMS), default=list(ALGORITHMS))
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="extra config overrides for every run")
+    p.add_argument("--tag", default="", help="a name for a variant's results")
     args = p.parse_args()
-    curves = {a: {s: run(a, s, args.iterations, Path(args.out)) for s in args.seeds} for a in ALGORITHMS}
+    suffix = f"-{args.tag}" if args.tag else ""
+    out = Path(f"runs/bench-digirl-vs-fbc{suffix}")
+    curves = {a: {s: run(a, s, args.iterations, out, args.set) for s in args.seeds} for a in args.algorithms}
     table = {algorithm: summarize(by_seed) for algorithm, by_seed in curves.items()}
     print(f"{'iteration':>9} " + " ".join(f"{a:>28}" for a in table))
-    for i in table["digirl"]:
+    for i in table[args.algorithms[0]]:
         cells = [f"{table[a][i]['success_mean']:.3f} ({table[a][i]['env_steps_mean']:.0f} steps)" for a in table]
         print(f"{i:>9} " + " ".join(f"{c:>28}" for c in cells))
     result = {
         "command": "python benchmarks/digirl_vs_filteredbc.py " + " ".join(sys.argv[1:]),
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
         "seeds": args.seeds,
+        "overrides": args.set,
         "curves": curves,
         "table": table,
     }
-    out = Path(__file__).parent / "results" / "digirl_vs_filteredbc.json"
-    out.write_text(json.dumps(result, indent=1))
+    (Path(__file__).parent / "results" / f"digirl_vs_filteredbc{suffix}.json").write_text(json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":

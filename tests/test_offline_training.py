@@ -112,3 +112,35 @@ def test_missing_offline_data_and_model_paths_name_their_key(tmp_path):
     cfg = make_config(tmp_path, learner__digirl={"text_encoder_path": str(tmp_path / "roberta-base")})
     with pytest.raises(ConfigError, match="learner.digirl.text_encoder_path: .*roberta-base does not exist"):
         check_paths(cfg)
+
+
+def test_offline_digirl_trains_an_autoui_policy_on_imported_digirl_data(ray_session, tmp_path):
+    """import-digirl -> shards -> the offline phase, with the cached BLIP-2 features as the only images."""
+    from rlsys.data import main as data_main
+    from tests.test_data_import import digirl_data, save
+
+    (tmp_path / "shots").mkdir()
+    pickle_file = save(digirl_data(tmp_path / "shots") * 4, tmp_path / "general-offline.pt")
+    assert data_main(["import-digirl", str(pickle_file), str(tmp_path / "shards"), "--trust-pickle"]) == 0
+    t0 = time.time()
+    cfg = make_config(
+        tmp_path,
+        run__training="offline",
+        env__action_space="coords",
+        policy__kind="autoui",
+        policy__constrained=False,
+        policy__max_new_tokens=8,
+        learner__algorithm="digirl",
+        learner__prob_clamp=True,
+        learner__digirl={**TINY_DIGIRL, "image_feature_dim": 1408, "validation_fraction": 0.25, "lam": 1.0},
+        offline__data=[str(tmp_path / "shards")],
+    )
+    trainer = run(cfg)
+    assert trainer.pool is None and not browsers_started_after(t0)
+    records = read_metrics(cfg.output_dir)
+    assert [r["digirl/stage"] for r in records] == ["instruction_critic", "step_critic", "actor"]
+    assert records[0]["replay/size"] == 12
+    # lam = 1 keeps every step of the successes in the train split: 2 of 3 episodes succeed, 4 steps of 6
+    actor = records[2]
+    assert actor["actor/updates"] == 2 and actor["digirl/actor_transitions"] > 0 and actor["policy_version"] == 1
+    assert "instruction_critic/validation_loss" in records[0] and "step_critic/validation_accuracy" in records[1]

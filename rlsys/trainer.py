@@ -89,8 +89,11 @@ class Trainer:
         self.total_iterations = total_iterations(cfg)
         if resume and checkpoint.latest(self.run_dir) is not None:
             self._restore()
-        elif cfg.run.training != "online":
-            self._load_offline_data()
+        else:
+            if resume:
+                log.warning("no complete checkpoint in %s; starting from scratch", self.run_dir)
+            if cfg.run.training != "online":
+                self._load_offline_data()
         ray.get(self.learner.publish.remote(), timeout=600)
         self.version = ray.get(self.weight_store.get_version.remote())
         self._iteration_trajs: list[Trajectory] = []

@@ -158,3 +158,17 @@ def test_actor_loss_applies_clipped_importance_weights(policy):
         expected = token_mean_nll(logp, mask, torch.tensor([np.exp(-2.0), 1.0], dtype=torch.float32))
         assert corrected.loss(batch).item() == pytest.approx(expected.item(), rel=1e-4)
         assert plain.loss(batch).item() == pytest.approx(token_mean_nll(logp, mask, torch.ones(2)).item(), rel=1e-4)
+
+
+def test_text_encoder_loads_a_saved_roberta_folder(tmp_path):
+    from transformers import RobertaConfig, RobertaModel
+
+    from learners.critics import TextEncoder
+
+    tiny = TextEncoder(None, hidden=16, max_tokens=32)
+    RobertaModel(RobertaConfig(**{**tiny.model.config.to_dict(), "architectures": None})).save_pretrained(tmp_path)
+    tiny.tokenizer.save_pretrained(tmp_path)
+    loaded = TextEncoder(str(tmp_path), hidden=999, max_tokens=32)  # hidden comes from the folder
+    out = loaded(["open the mail app", "a much longer instruction " * 10])
+    assert out.shape == (2, 16) and loaded.hidden_size == 16
+    assert loaded.model.pooler is not None  # RoBERTa-base's pooled output, as DigiRL uses

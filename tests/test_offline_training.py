@@ -109,7 +109,9 @@ def test_missing_offline_data_and_model_paths_name_their_key(tmp_path):
     cfg = make_config(tmp_path, run__training="off2on", learner__algorithm="digirl", offline__data=["nowhere"])
     with pytest.raises(ConfigError, match=r"offline.data\[0\]: nowhere does not exist"):
         check_paths(cfg)
-    cfg = make_config(tmp_path, learner__digirl={"text_encoder_path": str(tmp_path / "roberta-base")})
+    cfg = make_config(
+        tmp_path, learner__algorithm="digirl", learner__digirl={"text_encoder_path": str(tmp_path / "roberta-base")}
+    )
     with pytest.raises(ConfigError, match="learner.digirl.text_encoder_path: .*roberta-base does not exist"):
         check_paths(cfg)
 

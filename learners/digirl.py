@@ -23,7 +23,7 @@ from learners.optim import ModuleOptimizer, train_steps
 from learners.returns import discounted_returns, success_labels
 from learners.selection import imitable_steps
 from rlsys.config import LearnerConfig
-from rlsys.image_features import PooledImageFeatures
+from rlsys.image_features import FEATURE_KEY, PooledImageFeatures
 from rlsys.types import Observation, Trajectory
 
 STAGES = ("instruction_critic", "step_critic", "actor")
@@ -148,13 +148,13 @@ class DigiRL:
                 key = (t.id, i)
                 wanted[key] = obs
                 if key in self._features:
-                    obs.features.setdefault("blip2_pooled", self._features[key])
+                    obs.features.setdefault(FEATURE_KEY, self._features[key])
                 else:
                     missing.append((key, obs))
         for i in range(0, len(missing), SCORE_BATCH):
             chunk = missing[i : i + SCORE_BATCH]
             self.images([obs for _, obs in chunk])
-        self._features = {key: obs.features["blip2_pooled"] for key, obs in wanted.items()}
+        self._features = {key: obs.features[FEATURE_KEY] for key, obs in wanted.items()}
 
     def _stacked(self, pairs: list[tuple[Observation, Observation]]) -> torch.Tensor:
         first = self.images([a for a, _ in pairs])

@@ -63,6 +63,7 @@ class Learner:
         (a critic-only iteration keeps the version). `offline_iteration`: the iteration's index within
         the offline phase (None online)."""
         t0 = time.perf_counter()
+        trained_from = self.version
         trajectories = ray.get(
             self.buffer.sample.remote(self.cfg.learner.sample_trajectories, min_version), timeout=300
         )
@@ -79,6 +80,7 @@ class Learner:
             "time/train_s": t2 - t1,
             "time/publish_s": time.perf_counter() - t2,
             "policy_version": self.version,
+            "learner/trained_from_version": trained_from,
         }
 
     # -- checkpoints

@@ -174,6 +174,8 @@ class Trainer:
         trajs, self._iteration_trajs = self._iteration_trajs, []
         self.writer.write(trajs)
         trainable = [t for t in trajs if t.trainable]
+        # how many versions behind the learner's weights the data it trained on was
+        current = learner_metrics.get("learner/trained_from_version", self.version)
         record = {
             "iteration": self.iteration,
             "trajectories": self.counters["trajectories"],
@@ -183,9 +185,7 @@ class Trainer:
             "train/trajectories": len(trajs),
             "train/env_errors": sum(t.outcome == "env_error" for t in trajs),
             "train/mean_steps": float(np.mean([len(t.steps) for t in trainable])) if trainable else None,
-            "train/policy_lag": float(np.mean([self.version - 1 - t.policy_version for t in trainable]))
-            if trainable
-            else None,
+            "train/policy_lag": float(np.mean([current - t.policy_version for t in trainable])) if trainable else None,
             "runners/restarts": self.pool.restarts if self.pool else 0,
             "dropped_stale": self.counters["dropped_stale"],
             "time/iteration_s": time.perf_counter() - started,

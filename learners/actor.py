@@ -14,7 +14,7 @@ from learners.losses import clamp_probs, importance_weights, sequence_weighted_n
 from learners.optim import ModuleOptimizer, train_steps
 from learners.selection import imitable_steps
 from rlsys.config import LearnerConfig
-from rlsys.types import Observation, Trajectory
+from rlsys.types import Observation, Step, Trajectory
 
 
 @dataclass
@@ -24,13 +24,13 @@ class ActorSample:
     behaviour_logprob: float | None
     weight: float = 1.0
 
+    @classmethod
+    def of(cls, step: Step) -> ActorSample:
+        return cls(step.observation, step.action_text, step.logprob)
+
 
 def samples_of(trajectories: list[Trajectory]) -> list[ActorSample]:
-    return [
-        ActorSample(t.steps[i].observation, t.steps[i].action_text, t.steps[i].logprob)
-        for t in trajectories
-        for i in imitable_steps(t)
-    ]
+    return [ActorSample.of(t.steps[i]) for t in trajectories for i in imitable_steps(t)]
 
 
 class ActorUpdate:

@@ -88,8 +88,11 @@ class DigiRL:
 
     def stages(self, offline_iteration: int | None) -> list[tuple[str, int]]:
         d = self.d
-        steps = {"instruction_critic": d.instruction_critic_steps, "step_critic": d.step_critic_steps}
-        steps["actor"] = d.actor_steps
+        steps = {
+            "instruction_critic": d.instruction_critic_steps,
+            "step_critic": d.step_critic_steps,
+            "actor": d.actor_steps,
+        }
         if offline_iteration is None:
             return [(name, steps[name]) for name in STAGES]
         bounds = np.cumsum(
@@ -100,8 +103,9 @@ class DigiRL:
 
     def update(self, trajectories: list[Trajectory], offline_iteration: int | None = None) -> dict:
         usable = [t for t in trajectories if t.trainable and t.steps]
-        train = [t for t in usable if not is_validation(t, self.d.validation_fraction)]
-        validation = [t for t in usable if is_validation(t, self.d.validation_fraction)]
+        train, validation = [], []
+        for t in usable:
+            (validation if is_validation(t, self.d.validation_fraction) else train).append(t)
         self._cache_features(usable)
         metrics = {"digirl/train_trajectories": len(train), "digirl/validation_trajectories": len(validation)}
         for stage, steps in self.stages(offline_iteration):
@@ -212,23 +216,25 @@ class DigiRL:
     def actor_samples(self, train: list[Trajectory]) -> tuple[list[ActorSample], dict]:
         """Curriculum (top quantile of reward - p_instr), then transitions whose advantage passes the filter."""
         chosen = self.curriculum(train)
+        per_trajectory = [transitions_of(t, self.d.gamma) for t in chosen]
+        flat = [tr for transitions in per_trajectory for tr in transitions]
+        # one batched critic pass over every chosen transition, then the advantages per trajectory
+        values = iter(self.state_values(flat, next_state=False))
+        next_values = iter(self.state_values(flat, next_state=True))
         samples, advantages = [], []
-        for traj in chosen:
-            transitions = transitions_of(traj, self.d.gamma)
-            values = self.state_values(transitions, next_state=False)
-            next_values = self.state_values(transitions, next_state=True)
+        for traj, transitions in zip(chosen, per_trajectory):
+            v = [next(values) for _ in transitions]
+            v_next = [next(next_values) for _ in transitions]
             rewards = [tr.reward for tr in transitions]
             if self.d.advantage == "digirl_compat":
                 returns = [tr.ret for tr in transitions]
-                adv = digirl_compat(rewards, returns, values, next_values, self.d.advantage_threshold)
+                adv = digirl_compat(rewards, returns, v, v_next, self.d.advantage_threshold)
             else:
-                adv = doubly_robust(rewards, values, next_values, self.d.lam)
+                adv = doubly_robust(rewards, v, v_next, self.d.lam)
             keep = keep_mask(adv, self.d.advantage, self.d.advantage_threshold)
             imitable = set(imitable_steps(traj))
-            for tr, a, k in zip(transitions, adv, keep):
-                advantages.append(a)
-                if k and tr.index in imitable:
-                    samples.append(ActorSample(tr.step.observation, tr.step.action_text, tr.step.logprob))
+            advantages.extend(adv)
+            samples += [ActorSample.of(tr.step) for tr, k in zip(transitions, keep) if k and tr.index in imitable]
         return samples, {
             "digirl/curriculum_trajectories": len(chosen),
             "digirl/actor_transitions": len(samples),

@@ -60,14 +60,13 @@ def test_offline_training_starts_no_runner_and_counts_its_own_iterations(collect
 
 def test_off2on_digirl_completes_then_resumes_without_skipping_or_repeating(collected, tmp_path):
     t0 = time.time()
-    cfg = make_config(
-        tmp_path,
-        run__training="off2on",
-        run__iterations=1,
-        learner__algorithm="digirl",
-        learner__digirl=TINY_DIGIRL,
-        offline__data=[str(collected)],
-    )
+    off2on = {
+        "run__training": "off2on",
+        "learner__algorithm": "digirl",
+        "learner__digirl": TINY_DIGIRL,
+        "offline__data": [str(collected)],
+    }
+    cfg = make_config(tmp_path, run__iterations=1, **off2on)
     run(cfg)
     records = read_metrics(cfg.output_dir)
     assert [r["iteration"] for r in records] == [1, 2, 3, 4]
@@ -82,7 +81,7 @@ def test_off2on_digirl_completes_then_resumes_without_skipping_or_repeating(coll
     offline_size = records[0]["replay/size"]
     assert offline_size >= 1 and records[3]["replay/size"] > offline_size  # offline data stayed in the buffer
 
-    more = make_config(tmp_path, **{**_overrides(cfg), "run__iterations": 2})
+    more = make_config(tmp_path, run__iterations=2, **off2on)
     run(more, resume=True)
     records = read_metrics(cfg.output_dir)
     assert [r["iteration"] for r in records] == [1, 2, 3, 4, 5]
@@ -90,15 +89,6 @@ def test_off2on_digirl_completes_then_resumes_without_skipping_or_repeating(coll
     state = checkpoint.read_json(checkpoint.latest(cfg.output_dir) / "state.json")
     assert state["counters"]["offline_trajectories"] == offline_size  # loaded once, not again on resume
     assert_no_browsers_left(t0)
-
-
-def _overrides(cfg) -> dict:
-    return {
-        "run__training": "off2on",
-        "learner__algorithm": "digirl",
-        "learner__digirl": TINY_DIGIRL,
-        "offline__data": cfg.offline.data,
-    }
 
 
 def test_missing_offline_data_and_model_paths_name_their_key(tmp_path):

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
+from actors.evaluator_pool import start_pool
 from actors.inference_server import start_servers
 from actors.runner import RemoteEnvRunner
 from rlsys.config import Config
@@ -42,6 +43,7 @@ class RunnerPool:
         self.restarts = 0
         self._generation = [0] * cfg.runners.num
         self.servers = start_servers(cfg, weight_store, seed) if cfg.policy.placement == "server" else []
+        self.evaluator = start_pool(cfg.evaluator, seed) if cfg.evaluator.uses_judge else None
         self.runners = [self._create(i) for i in range(cfg.runners.num)]
         self._inflight: dict[ray.ObjectRef, _Episode] = {}
         self._idle = list(range(cfg.runners.num))
@@ -53,7 +55,7 @@ class RunnerPool:
             num_cpus=self.cfg.runners.num_cpus,
             resources={self.cfg.runners.resource: 1},
             max_concurrency=2,  # answers status()/pids() while an episode runs
-        ).remote(name, self.cfg, self.weight_store, self.seed * 1000 + slot, self._server_for(slot))
+        ).remote(name, self.cfg, self.weight_store, self.seed * 1000 + slot, self._server_for(slot), self.evaluator)
 
     def _server_for(self, slot: int):
         return self.servers[slot % len(self.servers)] if self.servers else None
@@ -129,5 +131,5 @@ class RunnerPool:
         if self._inflight:  # episodes cut short by close() return promptly as env errors
             ray.wait(list(self._inflight), num_returns=len(self._inflight), timeout=30)
             self._inflight.clear()
-        for actor in self.runners + self.servers:
+        for actor in self.runners + self.servers + ([self.evaluator] if self.evaluator else []):
             ray.kill(actor, no_restart=True)

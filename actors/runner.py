@@ -7,6 +7,7 @@ import time
 
 import ray
 
+from actors.referee import Referee
 from rlsys.config import Config
 from rlsys.env import EnvBrokenError
 from rlsys.llm_clients import LLMError
@@ -30,7 +31,7 @@ def make_env(cfg: Config, env_id: str):
 
 
 class EnvRunner:
-    def __init__(self, runner_id: str, cfg: Config, weight_store, seed: int, policy_server=None):
+    def __init__(self, runner_id: str, cfg: Config, weight_store, seed: int, policy_server=None, evaluator=None):
         import torch
 
         from actors.inference_server import ServedPolicy
@@ -47,6 +48,7 @@ class EnvRunner:
         self.policy = ServedPolicy(policy_server) if self.served else build_policy(cfg.policy, seed=cfg.run.seed)
         torch.manual_seed(seed)
         self.policy.version = -1  # nothing pulled yet
+        self.referee = Referee(cfg.evaluator, evaluator)
         self.env = None
         self.envs_created = 0
         self.episode_steps = 0  # steps taken so far in the episode being played
@@ -99,6 +101,12 @@ class EnvRunner:
             task.instruction = task.instruction or obs.task
             reset_s = time.perf_counter() - t0
             self.episode_steps = 0
+            referee = self.referee.episode()
+
+            def finish(outcome: str) -> Trajectory:
+                ended = Trajectory(task, steps, outcome, env_id, self.runner_id, final_observation=obs)
+                return referee.settle(ended)
+
             for _ in range(self.cfg.env.max_steps):
                 obs.extras["previous_actions"] = [s.action_text for s in steps]
                 t0 = time.perf_counter()
@@ -125,10 +133,12 @@ class EnvRunner:
                     steps[0].info["instance_reset"] = instance_reset
                 self.episode_steps = len(steps)
                 obs = result.observation
+                if referee.every_step and referee.after_step(task, steps, obs).success:
+                    steps[-1].reward, steps[-1].done = 1.0, True
+                    return finish("success")
                 if result.done:
-                    outcome = info.get("outcome", "failure")
-                    return Trajectory(task, steps, outcome, env_id, self.runner_id, final_observation=obs)
-            return Trajectory(task, steps, "timeout", env_id, self.runner_id, final_observation=obs)
+                    return finish(info.get("outcome", "failure"))
+            return finish("timeout")
         except EnvBrokenError as e:
             self._drop_env()  # the next episode starts a fresh browser
             return Trajectory(task, steps, "env_error", env_id, self.runner_id, error=str(e))

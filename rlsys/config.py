@@ -229,6 +229,72 @@ class OfflineConfig:
 
 
 @dataclass
+class JudgeConfig:
+    """A VLM judge (REFERENCE.md §4): which model is asked, and how it is prompted."""
+
+    provider: Literal["gemini", "bedrock", "openai"] | None = None  # None: no judge
+    model_id: str = ""
+    endpoint_url: str | None = None  # gemini: Google's by default; openai: required; bedrock: optional
+    region: str = "us-east-1"  # bedrock; credentials come from the standard AWS chain
+    # environment variables holding API keys, one credential (and one rate limit) each;
+    # empty: GEMINI_API_KEY for gemini, OPENAI_API_KEY for openai (sent only when set)
+    auth_env: list[str] = field(default_factory=list)
+    style: Literal["digirl", "pae"] = "pae"  # digirl: few-shot, current screen, `Status:`; pae: answer + last screens
+    prompt: str = "auto"  # a packaged template (digirl_judge, pae_judge) or a .txt file; auto: by style
+    exemplars: str | None = None  # digirl: a folder holding exemplars.jsonl and its screenshots
+    screenshots: int = 3  # pae: the last k screenshots
+    downscale: int = 4  # digirl: the screenshot is shrunk this many times per side
+    every_step: bool = False  # judge the screen after every step (DigiRL); a success verdict ends the episode
+    max_tokens: int = 1000
+    temperature: float = 0.0
+    timeout_s: float = 60.0  # one call
+
+
+@dataclass
+class EvaluatorPoolConfig:
+    """The shared actor every judge call goes through."""
+
+    max_concurrency: int = 16  # calls in flight at once
+    rate_per_s: float = 1.0  # calls per second, per credential
+    burst: int = 1  # calls a credential may make at once after a quiet spell
+    max_retries: int = 5  # on 429, 5xx and timeouts, with jittered exponential backoff
+    base_delay_s: float = 1.0
+    max_delay_s: float = 30.0
+    deadline_s: float = 300.0  # one verdict, retries and waiting for the rate limit included
+    cache_size: int = 10000  # verdicts kept, keyed by judge, task, answer and screenshot hashes
+
+
+@dataclass
+class EvaluatorConfig:
+    """Who decides an episode's outcome. `env`: the env's own check (MiniWoB++'s page reward, WebArena
+    checks); `judge`: the VLM judge for every answered episode (or every step); `function`: a Python hook
+    (`package.module:callable`, given the task and trajectory); `auto`: the env's check where there is one,
+    the judge (when a provider is set) for episodes the env cannot score."""
+
+    kind: Literal["auto", "env", "judge", "function"] = "auto"
+    function: str | None = None
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
+    pool: EvaluatorPoolConfig = field(default_factory=EvaluatorPoolConfig)
+
+    @property
+    def uses_judge(self) -> bool:
+        return self.kind == "judge" or (self.kind == "auto" and self.judge.provider is not None)
+
+
+@dataclass
+class ProposerConfig:
+    """PAE's task proposer (`python -m rlsys.propose_tasks`): an LLM writes tasks per site from one example."""
+
+    llm: ApiConfig = field(default_factory=lambda: ApiConfig(max_tokens=4096))  # provider bedrock or openai
+    examples: str | None = None  # a JSONL task file holding one example task per site
+    tasks_per_site: int = 25
+    output: str | None = None  # the JSONL file written; default: <run folder>/proposed_tasks.jsonl
+    prompt: str = "propose_tasks"  # a packaged template or a .txt file
+    temperature: float = 1.0
+    every: int = 0  # during training: propose new tasks every this many online iterations (0: never)
+
+
+@dataclass
 class ReplayConfig:
     capacity: int = 2000  # trajectories
     max_bytes: int = 1 << 30
@@ -254,6 +320,8 @@ class Config:
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     replay: ReplayConfig = field(default_factory=ReplayConfig)
     offline: OfflineConfig = field(default_factory=OfflineConfig)
+    evaluator: EvaluatorConfig = field(default_factory=EvaluatorConfig)
+    proposer: ProposerConfig = field(default_factory=ProposerConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
     @property
@@ -342,6 +410,37 @@ def check_consistency(cfg: Config) -> None:
     if len(cfg.env.viewport) != 2 or min(cfg.env.viewport) <= 0:
         raise ConfigError(f"env.viewport must be [width, height] in pixels, got {cfg.env.viewport}")
     check_training(cfg)
+    check_evaluator(cfg.evaluator)
+    if cfg.proposer.every:
+        if cfg.tasks.suite == "miniwob":
+            raise ConfigError("proposer.every: MiniWoB++ tasks are fixed; proposing tasks needs a web suite")
+        if not cfg.proposer.llm.model_id:
+            raise ConfigError("proposer.every is set but proposer.llm.model_id names no model")
+
+
+def check_evaluator(ev: EvaluatorConfig) -> None:
+    judge, pool = ev.judge, ev.pool
+    if ev.kind == "judge" and judge.provider is None:
+        raise ConfigError("evaluator.kind = 'judge' needs evaluator.judge.provider (gemini, bedrock or openai)")
+    if ev.kind == "function" and len((ev.function or "").partition(":")[2]) == 0:
+        raise ConfigError(
+            f"evaluator.kind = 'function' needs evaluator.function = 'package.module:callable', got {ev.function!r}"
+        )
+    if judge.every_step and ev.kind != "judge":
+        raise ConfigError(f"evaluator.judge.every_step needs evaluator.kind = 'judge' (got {ev.kind!r})")
+    if judge.provider is not None:
+        if not judge.model_id:
+            raise ConfigError(f"evaluator.judge.model_id must name the judge model (provider {judge.provider!r})")
+        if judge.provider == "openai" and not judge.endpoint_url:
+            raise ConfigError(
+                "evaluator.judge.endpoint_url is required for provider 'openai' (e.g. http://127.0.0.1:8000/v1)"
+            )
+    if judge.screenshots < 1 or judge.downscale < 1:
+        raise ConfigError("evaluator.judge.screenshots and evaluator.judge.downscale must be at least 1")
+    if pool.max_concurrency < 1 or pool.burst < 1 or pool.rate_per_s <= 0 or pool.deadline_s <= 0:
+        raise ConfigError(
+            "evaluator.pool: max_concurrency and burst must be at least 1, rate_per_s and deadline_s above 0"
+        )
 
 
 def check_training(cfg: Config) -> None:
@@ -377,13 +476,14 @@ def total_iterations(cfg: Config) -> int:
     return offline_phase_length(cfg) + (cfg.run.iterations if cfg.run.training != "offline" else 0)
 
 
-PATH_KEYS = ("policy.path", "policy.vision_path")
+PATH_KEYS = ("policy.path", "policy.vision_path", "evaluator.judge.exemplars")
 DIGIRL_PATH_KEYS = ("learner.digirl.text_encoder_path", "learner.digirl.vision_path")
 
 
 def check_paths(cfg: Config, offline_data: bool = True) -> None:
     """Every file or folder the config names must exist; the error names the key (run before Ray starts)."""
     keys = PATH_KEYS + (DIGIRL_PATH_KEYS if cfg.learner.algorithm == "digirl" else ())
+    keys += ("proposer.examples",) if cfg.proposer.every else ()
     named = [(key, _get(cfg, key)) for key in keys]
     if offline_data and cfg.run.training != "online":
         named += [(f"offline.data[{i}]", p) for i, p in enumerate(cfg.offline.data)]

@@ -12,6 +12,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from envs.evaluators import check_setup
 from rlsys.config import ConfigError, check_paths, load_config
 from rlsys.tasks import check_tasks
 
@@ -31,6 +32,7 @@ def main(argv=None) -> int:
     try:
         cfg = load_config(args.config, args.overrides)
         check_tasks(cfg.tasks, cfg.env.kind)
+        check_setup(cfg.evaluator)
         check_paths(cfg, offline_data=False)
     except ConfigError as e:
         print(f"config error: {e}", file=sys.stderr)
@@ -81,7 +83,8 @@ def main(argv=None) -> int:
     overall = summary["eval/success_rate"]
     print(
         f"{'overall'.ljust(width)}  {'n/a' if overall is None else f'{100 * overall:.1f}%'}"
-        f"  ({summary['eval/episodes']} episodes, {summary['eval/env_errors']} env errors)"
+        f"  ({summary['eval/episodes']} episodes, {summary['eval/env_errors']} env errors, "
+        f"{summary['eval/unknown']} without a verdict)"
     )
     return 0
 

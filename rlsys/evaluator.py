@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -18,6 +19,9 @@ class Verdict:
     raw: str = ""
     latency_s: float = 0.0
     score: float | None = None  # a graded score in [0, 1] where the check has one
+    calls: int = 0  # model calls made for this verdict, retries included (0 for a cached one)
+    cached: bool = False
+    error: str | None = None  # why there is no verdict: an LLMError kind, "deadline", "no_verdict", ...
 
     @property
     def reward(self) -> float | None:
@@ -26,14 +30,7 @@ class Verdict:
         return float(self.score if self.score is not None else self.success)
 
     def to_dict(self) -> dict:
-        return {
-            "success": self.success,
-            "source": self.source,
-            "reason": self.reason,
-            "raw": self.raw,
-            "latency_s": self.latency_s,
-            "score": self.score,
-        }
+        return dataclasses.asdict(self)
 
 
 class Evaluator(Protocol):

@@ -26,6 +26,7 @@ import random
 import socket
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -158,37 +159,80 @@ def _int_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+# ---------------------------------------------------------------------------------- HTTP JSON
+
+
+class _JsonHTTPClient:
+    """POSTs JSON with urllib; the secret (an API key) never appears in errors or repr.
+    `timeout_s` bounds connecting and each wait for data (a server that trickles bytes can take longer)."""
+
+    def __init__(self, timeout_s: float, secret: str | None):
+        self.timeout_s = timeout_s
+        self._secret = secret or None
+
+    def _redact(self, text: str) -> str:
+        return text.replace(self._secret, "***") if self._secret else text
+
+    def _error(self, kind: str, message: str, **kw) -> LLMError:
+        return LLMError(kind, self._redact(message), **kw)
+
+    def _post(self, url: str, headers: dict, body: dict, where: str) -> tuple[bytes, float]:
+        """The reply body and the seconds it took; every failure an LLMError naming `where`."""
+        headers = {"Content-Type": "application/json", "Accept": "application/json", **headers}
+        request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers, method="POST")
+        t0 = time.monotonic()
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                return response.read(), time.monotonic() - t0
+        except urllib.error.HTTPError as e:
+            try:
+                err_body = e.read()
+            except (OSError, HTTPException):
+                err_body = b""
+            status = e.code
+            raise self._error(
+                _kind_for_status(status),
+                f"{where} answered HTTP {status}: {_snippet(err_body) or e.reason}",
+                status=status,
+                retry_after_s=_retry_after(e.headers.get("Retry-After") if e.headers else None),
+            ) from None
+        except urllib.error.URLError as e:
+            if isinstance(e.reason, (TimeoutError, socket.timeout)):
+                raise self._error("timeout", f"{where}: no connection within {self.timeout_s:g}s") from None
+            raise self._error("server", f"{where} cannot be reached: {e.reason}") from None
+        except (TimeoutError, socket.timeout):
+            raise self._error("timeout", f"{where}: no reply within {self.timeout_s:g}s") from None
+        except (OSError, HTTPException) as e:  # connection reset, remote closed, incomplete read
+            raise self._error("server", f"{where}: connection failed: {type(e).__name__}: {e}") from None
+
+    def _json(self, body: bytes) -> Any:
+        try:
+            return json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            raise self._error("bad_reply", f"reply is not JSON: {_snippet(body)!r}") from None
+
+
 # ---------------------------------------------------------------------------------- OpenAI-compatible
 
 
-class OpenAIChatClient:
+class OpenAIChatClient(_JsonHTTPClient):
     """POST `{endpoint_url}/chat/completions` (OpenAI's API, or a self-hosted vLLM/SGLang server).
-
-    The bearer header is sent only when `api_key` is given; the key never appears in errors or repr.
-    `timeout_s` bounds connecting and each wait for data (a server that trickles bytes can take longer).
-    """
+    The bearer header is sent only when `api_key` is given."""
 
     provider = "openai"
 
     def __init__(self, endpoint_url: str, model_id: str, api_key: str | None = None, timeout_s: float = 60.0):
         if not endpoint_url:
-            raise ValueError("policy.api.endpoint_url is required for provider 'openai'")
+            raise ValueError("endpoint_url is required for provider 'openai'")
         if not model_id:
-            raise ValueError("policy.api.model_id is empty")
+            raise ValueError("model_id is empty")
+        super().__init__(timeout_s, api_key)
         self.endpoint_url = endpoint_url.rstrip("/")
         self.model_id = model_id
-        self.timeout_s = timeout_s
-        self._api_key = api_key or None
 
     def __repr__(self) -> str:
-        auth = "bearer" if self._api_key else "none"
+        auth = "bearer" if self._secret else "none"
         return f"OpenAIChatClient(endpoint_url={self.endpoint_url!r}, model_id={self.model_id!r}, auth={auth})"
-
-    def _redact(self, text: str) -> str:
-        return text.replace(self._api_key, "***") if self._api_key else text
-
-    def _error(self, kind: str, message: str, **kw) -> LLMError:
-        return LLMError(kind, self._redact(message), **kw)
 
     def request_body(
         self, system: str | None, parts: Sequence[str | bytes], max_tokens: int, temperature: float
@@ -206,43 +250,12 @@ class OpenAIChatClient:
 
     def chat(self, system: str | None, parts: Sequence[str | bytes], max_tokens: int, temperature: float) -> ChatReply:
         url = f"{self.endpoint_url}/chat/completions"
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
-        data = json.dumps(self.request_body(system, parts, max_tokens, temperature)).encode()
-        request = urllib.request.Request(url, data=data, headers=headers, method="POST")
-        t0 = time.monotonic()
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                body = response.read()
-        except urllib.error.HTTPError as e:
-            try:
-                err_body = e.read()
-            except (OSError, HTTPException):
-                err_body = b""
-            status = e.code
-            raise self._error(
-                _kind_for_status(status),
-                f"{url} answered HTTP {status}: {_snippet(err_body) or e.reason}",
-                status=status,
-                retry_after_s=_retry_after(e.headers.get("Retry-After") if e.headers else None),
-            ) from None
-        except urllib.error.URLError as e:
-            if isinstance(e.reason, (TimeoutError, socket.timeout)):
-                raise self._error("timeout", f"{url}: no connection within {self.timeout_s:g}s") from None
-            raise self._error("server", f"{url} cannot be reached: {e.reason}") from None
-        except (TimeoutError, socket.timeout):
-            raise self._error("timeout", f"{url}: no reply within {self.timeout_s:g}s") from None
-        except (OSError, HTTPException) as e:  # connection reset, remote closed, incomplete read
-            raise self._error("server", f"{url}: connection failed: {type(e).__name__}: {e}") from None
-        latency = time.monotonic() - t0
+        headers = {"Authorization": f"Bearer {self._secret}"} if self._secret else {}
+        body, latency = self._post(url, headers, self.request_body(system, parts, max_tokens, temperature), url)
         return self._parse(body, latency)
 
     def _parse(self, body: bytes, latency: float) -> ChatReply:
-        try:
-            raw = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
-            raise self._error("bad_reply", f"reply is not JSON: {_snippet(body)!r}") from None
+        raw = self._json(body)
         try:
             content = raw["choices"][0]["message"]["content"]
         except (KeyError, IndexError, TypeError):
@@ -259,6 +272,75 @@ class OpenAIChatClient:
             raw=raw,
             input_tokens=_int_or_none(usage.get("prompt_tokens")),
             output_tokens=_int_or_none(usage.get("completion_tokens")),
+        )
+
+
+# ---------------------------------------------------------------------------------- Gemini
+
+
+class GeminiClient(_JsonHTTPClient):
+    """Google's Gemini REST API: POST `{endpoint_url}/v1beta/models/{model_id}:generateContent`,
+    the key in the `x-goog-api-key` header (never in the URL, so it cannot leak into logs)."""
+
+    provider = "gemini"
+    DEFAULT_ENDPOINT = "https://generativelanguage.googleapis.com"
+
+    def __init__(self, model_id: str, api_key: str | None, endpoint_url: str | None = None, timeout_s: float = 60.0):
+        if not model_id:
+            raise ValueError("model_id is empty")
+        super().__init__(timeout_s, api_key)
+        self.model_id = model_id
+        self.endpoint_url = (endpoint_url or self.DEFAULT_ENDPOINT).rstrip("/")
+
+    def __repr__(self) -> str:
+        return f"GeminiClient(endpoint_url={self.endpoint_url!r}, model_id={self.model_id!r})"
+
+    def request_body(
+        self, system: str | None, parts: Sequence[str | bytes], max_tokens: int, temperature: float
+    ) -> dict:
+        content = []
+        for part in parts:
+            if isinstance(part, (bytes, bytearray)):
+                data = base64.b64encode(part).decode("ascii")
+                content.append({"inline_data": {"mime_type": image_media_type(part), "data": data}})
+            else:
+                content.append({"text": str(part)})
+        body = {
+            "contents": [{"role": "user", "parts": content}],
+            "generationConfig": {"maxOutputTokens": max_tokens, "temperature": temperature},
+        }
+        if system:
+            body["system_instruction"] = {"parts": [{"text": system}]}
+        return body
+
+    def chat(self, system: str | None, parts: Sequence[str | bytes], max_tokens: int, temperature: float) -> ChatReply:
+        url = f"{self.endpoint_url}/v1beta/models/{urllib.parse.quote(self.model_id)}:generateContent"
+        headers = {"x-goog-api-key": self._secret} if self._secret else {}
+        where = f"gemini {self.model_id}"
+        body, latency = self._post(url, headers, self.request_body(system, parts, max_tokens, temperature), where)
+        return self._parse(body, latency)
+
+    def _parse(self, body: bytes, latency: float) -> ChatReply:
+        raw = self._json(body)
+        candidates = raw.get("candidates") if isinstance(raw, dict) else None
+        if not candidates:
+            blocked = (raw.get("promptFeedback") or {}).get("blockReason") if isinstance(raw, dict) else None
+            why = f"the prompt was blocked ({blocked})" if blocked else "no candidates"
+            raise self._error("bad_reply", f"gemini reply has {why}: {_snippet(body)!r}")
+        try:
+            texts = [p["text"] for p in candidates[0]["content"]["parts"] if isinstance(p.get("text"), str)]
+        except (KeyError, TypeError, AttributeError):
+            texts = []
+        if not texts:
+            reason = candidates[0].get("finishReason") if isinstance(candidates[0], dict) else None
+            raise self._error("bad_reply", f"gemini reply has no text (finishReason {reason}): {_snippet(body)!r}")
+        usage = raw.get("usageMetadata") if isinstance(raw.get("usageMetadata"), dict) else {}
+        return ChatReply(
+            text="".join(texts),
+            latency_s=latency,
+            raw=raw,
+            input_tokens=_int_or_none(usage.get("promptTokenCount")),
+            output_tokens=_int_or_none(usage.get("candidatesTokenCount")),
         )
 
 
@@ -289,7 +371,7 @@ class BedrockClaudeClient:
         max_pool_connections: int = 16,
     ):
         if not model_id:
-            raise ValueError("policy.api.model_id is empty")
+            raise ValueError("model_id is empty")
         import boto3
         from botocore.config import Config
 
@@ -401,18 +483,16 @@ class BedrockClaudeClient:
 # ---------------------------------------------------------------------------------- factory
 
 
-def make_client(api_cfg, max_pool_connections: int = 16) -> OpenAIChatClient | BedrockClaudeClient:
-    """The client `policy.api` (an `ApiConfig`) describes. For openai the bearer key is read from the
-    environment variable `auth_env` names, when it is set and present; otherwise no key is sent."""
+def make_client(api_cfg, max_pool_connections: int = 16, key: str = "policy.api") -> ChatClient:
+    """The client an `ApiConfig` (at config key `key`) describes. For openai the bearer key is read from
+    the environment variable `auth_env` names, when it is set and present; otherwise no key is sent."""
     if not api_cfg.model_id:
-        raise ValueError(f"policy.api.model_id must name the model to call (provider {api_cfg.provider!r})")
+        raise ValueError(f"{key}.model_id must name the model to call (provider {api_cfg.provider!r})")
     if api_cfg.provider == "openai":
         if not api_cfg.endpoint_url:
-            raise ValueError(
-                "policy.api.endpoint_url is required for provider 'openai' (e.g. http://127.0.0.1:8000/v1)"
-            )
-        key = os.environ.get(api_cfg.auth_env) if api_cfg.auth_env else None
-        return OpenAIChatClient(api_cfg.endpoint_url, api_cfg.model_id, api_key=key, timeout_s=api_cfg.timeout_s)
+            raise ValueError(f"{key}.endpoint_url is required for provider 'openai' (e.g. http://127.0.0.1:8000/v1)")
+        secret = os.environ.get(api_cfg.auth_env) if api_cfg.auth_env else None
+        return OpenAIChatClient(api_cfg.endpoint_url, api_cfg.model_id, api_key=secret, timeout_s=api_cfg.timeout_s)
     if api_cfg.provider == "bedrock":
         return BedrockClaudeClient(
             api_cfg.model_id,
@@ -421,4 +501,4 @@ def make_client(api_cfg, max_pool_connections: int = 16) -> OpenAIChatClient | B
             timeout_s=api_cfg.timeout_s,
             max_pool_connections=max_pool_connections,
         )
-    raise ValueError(f"policy.api.provider must be 'openai' or 'bedrock', got {api_cfg.provider!r}")
+    raise ValueError(f"{key}.provider must be 'openai' or 'bedrock', got {api_cfg.provider!r}")

@@ -57,17 +57,33 @@ class MetricsLogger:
 
 
 def summarize_eval(results: list, groups: list[str]) -> dict:
-    """Success rates over evaluation trajectories; env errors are counted, not scored."""
-    judged = [t for t in results if t.outcome != "env_error"]
+    """Success rates over evaluation trajectories; env errors and episodes without a verdict are
+    counted, not scored."""
+    judged = [t for t in results if t.trainable]
     rate = lambda ts: sum(t.outcome == "success" for t in ts) / len(ts) if ts else None
     out = {
         "eval/success_rate": rate(judged),
         "eval/episodes": len(results),
-        "eval/env_errors": len(results) - len(judged),
+        "eval/env_errors": sum(t.outcome == "env_error" for t in results),
+        "eval/unknown": sum(t.outcome == "unknown" for t in results),
     }
+    out.update(judge_costs(results, "eval"))
     for group in groups:
         out[f"eval/success_rate/{group}"] = rate([t for t in judged if task_group(t.task) == group])
     return out
+
+
+def judge_costs(trajectories: list, prefix: str) -> dict:
+    """Judge calls and seconds spent judging, per trajectory (what rewards cost)."""
+    spent = [t.steps[-1].info.get("judge") for t in trajectories if t.steps]
+    spent = [s for s in spent if s]
+    if not spent:
+        return {}
+    n = len(trajectories)
+    return {
+        f"{prefix}/judge_calls_per_trajectory": sum(s["calls"] for s in spent) / n,
+        f"{prefix}/judge_seconds_per_trajectory": sum(s["seconds"] for s in spent) / n,
+    }
 
 
 def read_metrics(run_dir: Path) -> list[dict]:

@@ -62,6 +62,8 @@ class TaskSource:
             raise ConfigError("tasks: the training task list is empty")
         self._rng = random.Random(seed)
         self.drawn = 0
+        self._base = list(self.pool)
+        self.added: list[Task] = []  # tasks added after loading (e.g. proposed ones), in order
 
     def next(self) -> Task:
         if self.sampling == "sequential":
@@ -73,14 +75,41 @@ class TaskSource:
             return miniwob_task(item, self._rng.randrange(EVAL_SEED_BASE), "train")
         return dataclasses.replace(item, meta=dict(item.meta))
 
+    def add(self, tasks: list[Task]) -> int:
+        """Add web tasks (such as proposed ones) to the training pool, after the others; a task whose id
+        is already in the pool is skipped. Returns how many were added. Added tasks are checkpointed."""
+        if self.suite == "miniwob":
+            raise ValueError("TaskSource.add: the miniwob suite's tasks are MiniWoB++ names; tasks cannot be added")
+        ids = {task.id for task in self.pool}
+        added = 0
+        for task in tasks:
+            if not isinstance(task, Task):
+                raise TypeError(f"TaskSource.add takes Tasks, got {type(task).__name__}")
+            if task.id in ids:
+                continue
+            task = dataclasses.replace(task, meta=dict(task.meta))
+            self.pool.append(task)
+            self.added.append(task)
+            ids.add(task.id)
+            added += 1
+        return added
+
     def state_dict(self) -> dict:
         version, internal, gauss = self._rng.getstate()
-        return {"drawn": self.drawn, "rng": [version, list(internal), gauss]}
+        return {
+            "drawn": self.drawn,
+            "rng": [version, list(internal), gauss],
+            "added": [dataclasses.asdict(task) for task in self.added],
+        }
 
     def load_state_dict(self, state: dict) -> None:
         version, internal, gauss = state["rng"]
         self._rng.setstate((version, tuple(internal), gauss))
         self.drawn = state["drawn"]
+        self.pool = list(self._base)
+        self.added = []
+        if state.get("added"):
+            self.add([Task(**task) for task in state["added"]])
 
 
 def eval_tasks(cfg: TasksConfig, episodes: int) -> list[Task]:

@@ -24,7 +24,7 @@ import ray
 
 from rlsys import checkpoint
 from rlsys.config import Config, offline_phase_length, redacted_dict, to_dict, total_iterations
-from rlsys.metrics import MetricsLogger, read_metrics, summarize_eval
+from rlsys.metrics import MetricsLogger, judge_costs, read_metrics, summarize_eval
 from rlsys.storage import ShardWriter, read_trajectories
 from rlsys.tasks import TaskSource, eval_groups, eval_tasks, task_group
 from rlsys.types import Trajectory
@@ -184,6 +184,7 @@ class Trainer:
             "train/success_rate": float(np.mean([t.outcome == "success" for t in trainable])) if trainable else None,
             "train/trajectories": len(trajs),
             "train/env_errors": sum(t.outcome == "env_error" for t in trajs),
+            "train/unknown": sum(t.outcome == "unknown" for t in trajs),
             "train/mean_steps": float(np.mean([len(t.steps) for t in trainable])) if trainable else None,
             "train/policy_lag": float(np.mean([current - t.policy_version for t in trainable])) if trainable else None,
             "runners/restarts": self.pool.restarts if self.pool else 0,
@@ -191,6 +192,9 @@ class Trainer:
             "time/iteration_s": time.perf_counter() - started,
         }
         record.update(per_group_success(trainable))
+        record.update(judge_costs(trajs, "train"))
+        if self.pool is not None and self.pool.evaluator is not None:
+            record.update(ray.get(self.pool.evaluator.stats.remote(reset=True), timeout=60))
         record.update(learner_metrics)
         record.update({f"replay/{k}": v for k, v in ray.get(self.buffer.stats.remote(), timeout=60).items()})
         return record
@@ -226,7 +230,10 @@ class Trainer:
                     if metrics is None:
                         continue
                 self.iteration += 1
-                self._after_update(self._iteration_record(metrics, started), logger)
+                record = self._iteration_record(metrics, started)
+                if self._proposal_due():
+                    record.update(self._propose_tasks())
+                self._after_update(record, logger)
                 started = time.perf_counter()
         finally:
             logger.close()
@@ -239,6 +246,33 @@ class Trainer:
             self._new_since_update = 0
             self._pending_update = self.learner.update.remote(self._min_version())
         return self._poll_async_update()
+
+    # ------------------------------------------------------------------ proposed tasks (PAE)
+
+    def _proposal_due(self) -> bool:
+        every, online = self.cfg.proposer.every, self.iteration - self.offline_iterations
+        return bool(every) and online > 0 and online % every == 0
+
+    def _propose_tasks(self) -> dict:
+        """New training tasks from the proposer LLM, one example per site (`proposer.examples`, or the
+        first training task of each site); a failed call costs this round's proposals, not the run."""
+        from rlsys.llm_clients import make_client
+        from rlsys.propose_tasks import load_examples, propose_new_tasks
+
+        cfg, tasks_cfg = self.cfg.proposer, self.cfg.tasks
+        if cfg.examples:
+            examples = load_examples(cfg.examples, tasks_cfg.url_map)
+        else:
+            first_per_site: dict = {}
+            for task in self.tasks.pool:
+                first_per_site.setdefault(task.meta.get("web_name"), task)
+            examples = list(first_per_site.values())
+        client = make_client(cfg.llm, key="proposer.llm")
+        known, url_map = self.tasks.pool, tasks_cfg.url_map
+        new = propose_new_tasks(cfg, client, examples, known, url_map=url_map, suite=tasks_cfg.suite)
+        added = self.tasks.add(new)
+        print(f"task proposer: {added} new training tasks ({len(self.tasks.pool)} in all)", flush=True)
+        return {"tasks/proposed": added, "tasks/pool": len(self.tasks.pool)}
 
     # ------------------------------------------------------------------ checkpoints
 

@@ -205,3 +205,33 @@ class BedrockStub(StubServer):
 
 def _error_type(code: str) -> dict:
     return {"x-amzn-ErrorType": f"{code}:http://internal.amazon.com/coral/com.amazon.bedrock/"}
+
+
+class GeminiStub(StubServer):
+    """`POST /v1beta/models/<model_id>:generateContent`, refusing requests without an `x-goog-api-key`."""
+
+    path_pattern = re.compile(r"/v1beta/models/([^/:]+):generateContent")
+
+    def check(self, handler: BaseHTTPRequestHandler, rec: Recorded) -> Reply | None:
+        refused = super().check(handler, rec)
+        if refused is not None:
+            return refused
+        if not api_key(rec):
+            return Reply(403, {"error": {"code": 403, "message": "stub: no API key", "status": "PERMISSION_DENIED"}})
+        return None
+
+    @staticmethod
+    def reply(text: str, prompt_tokens: int = 17, output_tokens: int = 9) -> dict:
+        return {
+            "candidates": [{"content": {"role": "model", "parts": [{"text": text}]}, "finishReason": "STOP"}],
+            "usageMetadata": {"promptTokenCount": prompt_tokens, "candidatesTokenCount": output_tokens},
+        }
+
+    @staticmethod
+    def error(status: int, code: str, delay_s: float = 0.0) -> Reply:
+        return Reply(status, {"error": {"code": status, "message": "stub error", "status": code}}, delay_s)
+
+
+def api_key(rec: Recorded) -> str | None:
+    """The `x-goog-api-key` header, however the client spelled its case."""
+    return next((v for k, v in rec.headers.items() if k.lower() == "x-goog-api-key"), None)

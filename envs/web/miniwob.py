@@ -14,6 +14,7 @@ from pathlib import Path
 from envs.web.webenv import BROKEN, WebEnv
 from rlsys.config import EnvConfig
 from rlsys.env import EnvBrokenError, EnvSetupError
+from rlsys.evaluator import Verdict
 from rlsys.types import Observation, Task
 
 
@@ -110,6 +111,7 @@ class MiniWoBEnv(WebEnv):
         success = bool(done) and raw_reward > 0
         if done:
             info["outcome"] = "success" if success else ("timeout" if reason == "timed out" else "failure")
+            info["verdict"] = Verdict(success, "miniwob", f"page reward {raw_reward:g} ({reason or 'done'})").to_dict()
         elif self._steps >= self.cfg.max_steps:
             done, info["outcome"] = True, "timeout"
         return bool(done), 1.0 if success else 0.0

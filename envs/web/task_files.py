@@ -36,7 +36,7 @@ def load_task_file(
             if not line.strip():
                 continue
             try:
-                task = _parse_row(line, split, url_map or {}, suite)
+                task = parse_task_line(line, split, url_map or {}, suite)
             except ValueError as e:
                 raise TaskFileError(f"{path}:{lineno}: {e}") from None
             if task.id in first_line_of_id:
@@ -53,7 +53,8 @@ def allowed_domains(tasks: list[Task]) -> list[str]:
     return sorted({host for task in tasks if (host := urlparse(task.start).hostname)})
 
 
-def _parse_row(line: str, split: str, url_map: dict[str, str], suite: str | None) -> Task:
+def parse_task_line(line: str, split: str, url_map: dict[str, str], suite: str | None) -> Task:
+    """One task file line as a validated `Task`; a ValueError says what is wrong with it."""
     try:
         row = json.loads(line)
     except json.JSONDecodeError as e:

@@ -1,0 +1,1 @@
+"""Prompt templates (package data) for tools outside the policies, such as the task proposer."""

@@ -24,13 +24,13 @@ import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterable
 from functools import cache
-from importlib import resources
 from pathlib import Path
 from urllib.parse import urlparse
 
 from envs.web.task_files import TaskFileError, load_task_file, parse_task_line
 from rlsys.config import ConfigError, ProposerConfig, load_config
 from rlsys.llm_clients import ChatClient, LLMError, make_client, with_retries
+from rlsys.prompts import packaged, read_template
 from rlsys.types import Task
 
 log = logging.getLogger(__name__)
@@ -49,13 +49,10 @@ MAX_DELAY_S = 30.0
 @cache
 def template(name: str) -> str:
     """A packaged template by name, or a user's template file (`.txt`)."""
-    if name.endswith(".txt"):
-        if not Path(name).is_file():
-            raise ConfigError(f"proposer.prompt: template file {name!r} not found")
-        return Path(name).read_text()
-    if name not in TEMPLATES:
-        raise ConfigError(f"proposer.prompt: unknown template {name!r}; expected one of {TEMPLATES} or a .txt file")
-    return resources.files("rlsys.prompts").joinpath(f"{name}.txt").read_text()
+    try:
+        return read_template(name, packaged("rlsys.prompts"), TEMPLATES, "proposer.prompt")
+    except (ValueError, OSError) as e:
+        raise ConfigError(str(e)) from None
 
 
 def task_row(task: Task) -> dict:

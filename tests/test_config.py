@@ -150,3 +150,8 @@ def test_recipe_defaults_are_the_published_ones():
     pae = load_config(RECIPES / "pae_webvoyager.yaml")
     assert (pae.learner.filter, pae.learner.lr, pae.learner.grad_accumulation) == ("shortest", 2e-5, 32)
     assert (pae.policy.lora.r, pae.policy.lora.alpha, pae.run.rollout_size) == (256, 256, 256)
+    judge = pae.evaluator.judge
+    assert (pae.evaluator.kind, judge.provider, judge.style, judge.screenshots) == ("judge", "bedrock", "pae", 3)
+    assert (judge.model_id, judge.max_tokens, judge.temperature) == ("anthropic.claude-3-sonnet-20240229-v1:0", 1000, 0)
+    proposer = load_config(RECIPES / "pae_propose.yaml").proposer
+    assert (proposer.llm.provider, proposer.tasks_per_site, proposer.llm.max_tokens) == ("bedrock", 25, 4096)

@@ -21,12 +21,12 @@ import os
 import re
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from pathlib import Path
 
 from rlsys.config import JudgeConfig
 from rlsys.evaluator import judge_inputs
 from rlsys.llm_clients import BedrockClaudeClient, ChatClient, GeminiClient, OpenAIChatClient
+from rlsys.prompts import packaged, read_template
 from rlsys.types import Task, Trajectory
 
 TEMPLATES = {"digirl": "digirl_judge", "pae": "pae_judge"}
@@ -166,17 +166,8 @@ def parse_pae_verdict(reply: str) -> tuple[bool | None, str]:
 def template(name: str, style: str) -> str:
     """A packaged judge prompt by name (`auto`: the style's own), or a user's `.txt` file."""
     name = TEMPLATES[style] if name == "auto" else name
-    if name.endswith(".txt"):
-        path = Path(name)
-        if not path.is_file():
-            raise FileNotFoundError(f"evaluator.judge.prompt: template file {name!r} not found")
-        return path.read_text()
-    if name not in TEMPLATES.values():
-        raise ValueError(
-            f"evaluator.judge.prompt: unknown template {name!r}; expected one of {sorted(TEMPLATES.values())} "
-            "or a .txt file"
-        )
-    return resources.files("envs.evaluators").joinpath("prompts", f"{name}.txt").read_text()
+    folder = packaged("envs.evaluators", "prompts")
+    return read_template(name, folder, TEMPLATES.values(), "evaluator.judge.prompt")
 
 
 def load_exemplars(folder: str | os.PathLike, factor: int) -> list[Exemplar]:

@@ -7,9 +7,8 @@ fills in the observation.
 from __future__ import annotations
 
 from functools import cache
-from importlib import resources
-from pathlib import Path
 
+from rlsys.prompts import packaged, read_template
 from rlsys.types import Observation
 
 TEMPLATES = ("pae_agent", "element_agent")
@@ -18,14 +17,7 @@ TEMPLATES = ("pae_agent", "element_agent")
 @cache
 def template(name: str) -> str:
     """A packaged template by name, or a user's template file (`.txt`)."""
-    if name.endswith(".txt"):
-        path = Path(name)
-        if not path.is_file():
-            raise FileNotFoundError(f"policy.prompt: template file {name!r} not found")
-        return path.read_text()
-    if name not in TEMPLATES:
-        raise ValueError(f"policy.prompt: unknown template {name!r}; expected one of {TEMPLATES} or a .txt file")
-    return resources.files("rlsys.policies").joinpath("prompts", f"{name}.txt").read_text()
+    return read_template(name, packaged("rlsys.policies", "prompts"), TEMPLATES, "policy.prompt")
 
 
 def agent_prompt(obs: Observation, name: str = "pae_agent") -> str:

@@ -35,6 +35,15 @@ class _Episode:
     started: float
 
 
+def judging_allowance_s(cfg: Config) -> float:
+    """How long a runner may wait on the judge in one episode, on top of run.episode_timeout_s: the
+    pool answers every verdict within its deadline, and every_step asks once per step."""
+    if not cfg.evaluator.uses_judge:
+        return 0.0
+    verdicts = cfg.env.max_steps if cfg.evaluator.judge.every_step else 1
+    return verdicts * cfg.evaluator.pool.deadline_s
+
+
 class RunnerPool:
     def __init__(self, cfg: Config, weight_store, seed: int = 0):
         self.cfg = cfg
@@ -44,6 +53,7 @@ class RunnerPool:
         self._generation = [0] * cfg.runners.num
         self.servers = start_servers(cfg, weight_store, seed) if cfg.policy.placement == "server" else []
         self.evaluator = start_pool(cfg.evaluator, seed) if cfg.evaluator.uses_judge else None
+        self.episode_limit_s = cfg.run.episode_timeout_s + judging_allowance_s(cfg)
         self.runners = [self._create(i) for i in range(cfg.runners.num)]
         self._inflight: dict[ray.ObjectRef, _Episode] = {}
         self._idle = list(range(cfg.runners.num))
@@ -100,12 +110,15 @@ class RunnerPool:
                 self._idle.append(ep.slot)
             except (RayActorError, GetTimeoutError) as e:
                 finished.append(self._fail(ep, f"runner died mid-episode: {type(e).__name__}"))
-        limit = self.cfg.run.episode_timeout_s
+        limit = self.episode_limit_s
         now = time.monotonic()
         for ref, ep in list(self._inflight.items()):
             if now - ep.started > limit:
                 del self._inflight[ref]
-                finished.append(self._fail(ep, f"episode exceeded run.episode_timeout_s={limit}"))
+                why = f"episode exceeded run.episode_timeout_s={self.cfg.run.episode_timeout_s:g}"
+                if limit > self.cfg.run.episode_timeout_s:
+                    why += f" plus {limit - self.cfg.run.episode_timeout_s:g}s allowed for judging"
+                finished.append(self._fail(ep, why))
         return finished
 
     def _fail(self, ep: _Episode, why: str) -> tuple[Trajectory, bool]:

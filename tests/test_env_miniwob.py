@@ -26,6 +26,8 @@ def test_correct_click_is_rewarded_by_the_page(env):
     assert obs.screenshot.ndim == 3
     result = env.step(f"click [{index_of(obs, 'ONE')}]")
     assert result.done and result.reward == 1.0 and result.info["outcome"] == "success"
+    verdict = result.info["verdict"]  # the page's reward as a Verdict, like every other evaluator's
+    assert (verdict["success"], verdict["source"]) == (True, "miniwob") and "page reward 1" in verdict["reason"]
 
 
 def test_wrong_click_fails_and_bad_text_is_a_recorded_noop(env):
@@ -34,6 +36,7 @@ def test_wrong_click_fails_and_bad_text_is_a_recorded_noop(env):
     assert not result.done and result.info["parse_error"] and result.reward == 0
     result = env.step(f"click [{index_of(obs, 'TWO')}]")
     assert result.done and result.reward == 0.0 and result.info["outcome"] == "failure"
+    assert result.info["verdict"]["success"] is False
 
 
 def test_typing_and_horizon(env):

@@ -19,9 +19,8 @@ from envs.evaluators.judges import (
     parse_pae_verdict,
     parse_status,
 )
-from envs.evaluators.programmatic import FunctionCheck, env_verdict, load_hook
+from envs.evaluators.programmatic import FunctionCheck, load_hook
 from rlsys.config import ConfigError, EvaluatorConfig, JudgeConfig, load_config
-from rlsys.evaluator import Verdict
 from rlsys.llm_clients import GeminiClient, LLMError
 from rlsys.types import Observation, Step, Task, Trajectory
 from tests.http_stubs import GeminiStub, Reply, api_key
@@ -288,13 +287,6 @@ def test_function_check_answers_or_says_why_not():
     assert slow.success is None and "no answer within 0.3s" in slow.reason
     with pytest.raises(ValueError, match="has no callable 'nope'"):
         load_hook(f"{here}:nope")
-
-
-def test_env_verdict_reads_what_the_env_recorded():
-    traj = trajectory([(1, 1, 1)])
-    assert env_verdict(traj) is None
-    traj.steps[-1].info["verdict"] = Verdict(True, "miniwob", "page reward 1").to_dict()
-    assert env_verdict(traj) == Verdict(True, "miniwob", "page reward 1")
 
 
 def test_default_evaluator_uses_no_judge():

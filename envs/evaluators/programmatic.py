@@ -1,9 +1,9 @@
-"""Programmatic evaluators on the Evaluator contract.
+"""A user's check on the Evaluator contract.
 
 The env's own checks (MiniWoB++'s page reward, WebArena's string/url/program_html checks) need the
-live page, so the env runs them as the episode ends and records a `Verdict` in the last step's info;
-`env_verdict` reads it back. `FunctionCheck` calls a user's hook (`package.module:callable`) on the
-finished trajectory, e.g. an Android check of the foreground activity.
+live page, so the env runs them as the episode ends and records their `Verdict` in the last step's
+info. `FunctionCheck` calls a user's hook (`package.module:callable`) on the finished trajectory,
+e.g. an Android check of the foreground activity.
 """
 
 from __future__ import annotations
@@ -16,14 +16,6 @@ from concurrent.futures import TimeoutError as FutureTimeout
 
 from rlsys.evaluator import Verdict
 from rlsys.types import Task, Trajectory
-
-
-def env_verdict(trajectory: Trajectory) -> Verdict | None:
-    """The verdict the env recorded when the episode ended, if it recorded one."""
-    if not trajectory.steps:
-        return None
-    recorded = trajectory.steps[-1].info.get("verdict")
-    return Verdict(**recorded) if isinstance(recorded, dict) else None
 
 
 def load_hook(spec: str, key: str = "evaluator.function") -> Callable:

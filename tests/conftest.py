@@ -45,6 +45,30 @@ def make_config(tmp_path, **overrides):
     return load_config(None, data=data)
 
 
+FAKE_ACCESS_KEY = "AKIDSTUBEXAMPLE0000"
+
+
+@pytest.fixture
+def stub_api_env(monkeypatch, tmp_path):
+    """Hosted-model clients that reach only the local stubs: no proxy for 127.0.0.1, fake AWS
+    credentials through the standard chain (no real profile, file or instance role is consulted),
+    and no API key from the caller's environment."""
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", FAKE_ACCESS_KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "stub-secret-access-key")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    for name in ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_MAX_ATTEMPTS", "AWS_RETRY_MODE"):
+        monkeypatch.delenv(name, raising=False)
+    for name in ("OPENAI_API_KEY", "GEMINI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+
+
 @pytest.fixture(scope="session")
 def ray_session():
     import ray

@@ -30,11 +30,11 @@ from rlsys.llm_clients import (
 )
 from rlsys.policies.api_agent import ApiAgentPolicy, ApiPolicyError
 from rlsys.types import Observation
+from tests.conftest import FAKE_ACCESS_KEY
 from tests.http_stubs import BedrockStub, OpenAIStub, Recorded, Reply
 
 BEDROCK_MODEL = "anthropic.claude-3-5-sonnet-20240620-v1:0"
 OPENAI_MODEL = "Qwen/Qwen2-VL-7B-Instruct"
-FAKE_ACCESS_KEY = "AKIDSTUBEXAMPLE0000"
 SECRET_KEY = "sk-test-very-secret-0123456789"
 ELEMENTS = "[0] <input> search box\n[1] <button> Search\n[2] <a> Cart"
 ANSWER = "Thought: The search box is [0].\nAction: Type [0]; [red shoes]"
@@ -56,22 +56,7 @@ def observation(task: str = "Find red shoes under $50", color=(200, 30, 30)) -> 
     )
 
 
-@pytest.fixture(autouse=True)
-def _isolated_env(monkeypatch, tmp_path):
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
-        monkeypatch.delenv(name, raising=False)
-    # fake credentials through the standard chain; no real profile, file or instance role is consulted
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", FAKE_ACCESS_KEY)
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "stub-secret-access-key")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    for name in ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_MAX_ATTEMPTS", "AWS_RETRY_MODE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+pytestmark = pytest.mark.usefixtures("stub_api_env")
 
 
 @dataclass

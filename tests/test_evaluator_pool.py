@@ -25,17 +25,7 @@ YES = "The page shows it.\nVerdict: SUCCESS"
 NO = "Not shown.\nVerdict: NOT SUCCESS"
 
 
-@pytest.fixture(autouse=True)
-def _isolated_env(monkeypatch, tmp_path):
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDSTUBEXAMPLE0000")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "stub-secret")
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+pytestmark = pytest.mark.usefixtures("stub_api_env")
 
 
 def png(shade: int = 0) -> bytes:

@@ -51,11 +51,7 @@ def decoded_size(data: bytes) -> tuple[int, int]:
         return im.size
 
 
-@pytest.fixture(autouse=True)
-def _no_proxy(monkeypatch):
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
-        monkeypatch.delenv(name, raising=False)
+pytestmark = pytest.mark.usefixtures("stub_api_env")
 
 
 # ---------------------------------------------------------------------------------- verdict parsing

@@ -74,22 +74,7 @@ MIXED_KEPT = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _isolated_env(monkeypatch, tmp_path):
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
-        monkeypatch.delenv(name, raising=False)
-    # fake credentials through the standard chain; no real profile, file or instance role is consulted
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDSTUBEXAMPLE0000")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "stub-secret-access-key")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    for name in ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_MAX_ATTEMPTS", "AWS_RETRY_MODE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+pytestmark = pytest.mark.usefixtures("stub_api_env")
 
 
 # ---------------------------------------------------------------------------------- helpers

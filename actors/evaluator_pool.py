@@ -21,7 +21,14 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import ray
 
-from envs.evaluators.judges import JudgeQuery, VLMJudge, episode_query, make_judge_clients
+from envs.evaluators.judges import (
+    JudgeQuery,
+    VLMJudge,
+    episode_query,
+    fuzzy_match_query,
+    make_judge_clients,
+    parse_pae_verdict,
+)
 from rlsys.config import EvaluatorConfig, JudgeConfig
 from rlsys.evaluator import Verdict
 from rlsys.llm_clients import LLMError, backoff_delay
@@ -90,36 +97,45 @@ class EvaluatorPool:
         self._slots: asyncio.Semaphore | None = None  # made inside the actor's event loop
 
     async def judge_query(self, query: JudgeQuery) -> Verdict:
+        system, parts = self.judge.messages(query)
+        return await self._verdict(query.key, system, parts, self.judge.parse)
+
+    async def fuzzy_match(self, answer: str, references: list[str]) -> Verdict:
+        """WebArena's fuzzy_match check, asked of the same model under the same limits."""
+        system, parts, key = fuzzy_match_query(answer, references)
+        return await self._verdict(key, system, parts, parse_pae_verdict)
+
+    async def _verdict(self, key: str, system, parts, parse) -> Verdict:
         self.stats_.counts["verdicts"] += 1
-        cached = self.cache.get(query.key)
+        cached = self.cache.get(key)
         if cached is not None:
-            self.cache.move_to_end(query.key)
+            self.cache.move_to_end(key)
             self.stats_.counts["cache_hits"] += 1
             return dataclasses.replace(cached, calls=0, cached=True, latency_s=0.0)
-        running = self.inflight.get(query.key)
-        if running is not None:  # the same episode content is being judged: share that call
+        running = self.inflight.get(key)
+        if running is not None:  # the same content is being judged: share that call
             self.stats_.counts["cache_hits"] += 1
             verdict = await asyncio.shield(running)
             return dataclasses.replace(verdict, calls=0, cached=True)
-        task = asyncio.ensure_future(self._judge_within_deadline(query))
-        self.inflight[query.key] = task
+        task = asyncio.ensure_future(self._judge_within_deadline(system, parts, parse))
+        self.inflight[key] = task
         try:
             verdict = await asyncio.shield(task)
         finally:
-            self.inflight.pop(query.key, None)
+            self.inflight.pop(key, None)
         if verdict.success is None:
             self.stats_.counts["unknown"] += 1
         else:
-            self.cache[query.key] = verdict
+            self.cache[key] = verdict
             while len(self.cache) > self.cfg.cache_size:
                 self.cache.popitem(last=False)
         return verdict
 
-    async def _judge_within_deadline(self, query: JudgeQuery) -> Verdict:
+    async def _judge_within_deadline(self, system, parts, parse) -> Verdict:
         t0 = time.monotonic()
         attempts = [0]
         try:
-            return await asyncio.wait_for(self._attempts(query, attempts), self.cfg.deadline_s)
+            return await asyncio.wait_for(self._attempts(system, parts, parse, attempts), self.cfg.deadline_s)
         except asyncio.TimeoutError:
             self.stats_.counts["errors/deadline"] += 1
             return Verdict(
@@ -131,8 +147,7 @@ class EvaluatorPool:
                 error="deadline",
             )
 
-    async def _attempts(self, query: JudgeQuery, attempts: list[int]) -> Verdict:
-        system, parts = self.judge.messages(query)
+    async def _attempts(self, system, parts, parse, attempts: list[int]) -> Verdict:
         loop = asyncio.get_running_loop()
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.cfg.max_concurrency)
@@ -170,7 +185,7 @@ class EvaluatorPool:
         self.stats_.latencies.append(reply.latency_s)
         self.stats_.counts["input_tokens"] += reply.input_tokens or 0
         self.stats_.counts["output_tokens"] += reply.output_tokens or 0
-        success, reason = self.judge.parse(reply.text)
+        success, reason = parse(reply.text)
         if success is None:
             self.stats_.counts["errors/no_verdict"] += 1
         return Verdict(
@@ -208,10 +223,16 @@ class PoolJudge:
         self.wait_s = deadline_s + 30.0  # the pool answers by its deadline; this covers a pool that is gone
 
     def judge(self, task: Task, trajectory: Trajectory) -> Verdict:
-        query = episode_query(self.judge_cfg, task, trajectory)
+        return self._wait(self.pool.judge_query.remote(episode_query(self.judge_cfg, task, trajectory)))
+
+    def fuzzy_match(self, answer: str, references: list[str]) -> bool | None:
+        """WebArena's fuzzy_match (`envs.web.webarena.FuzzyJudge`): None when no verdict could be had."""
+        return self._wait(self.pool.fuzzy_match.remote(answer, list(references))).success
+
+    def _wait(self, ref) -> Verdict:
         t0 = time.monotonic()
         try:
-            return ray.get(self.pool.judge_query.remote(query), timeout=self.wait_s)
+            return ray.get(ref, timeout=self.wait_s)
         except (ray.exceptions.GetTimeoutError, ray.exceptions.RayActorError) as e:
             why = f"the evaluator pool did not answer: {type(e).__name__}"
             return Verdict(None, POOL_NAME, why, latency_s=time.monotonic() - t0, error="pool")

@@ -18,7 +18,7 @@ from rlsys.weights import pull_if_newer
 _STEP_FIELDS = ("action", "parse_error", "action_error")
 
 
-def make_env(cfg: Config, env_id: str):
+def make_env(cfg: Config, env_id: str, fuzzy_judge=None):
     if cfg.env.kind == "miniwob":
         from envs.web.miniwob import MiniWoBEnv
 
@@ -26,7 +26,7 @@ def make_env(cfg: Config, env_id: str):
     if cfg.env.kind == "web":
         from envs.web.webenv import WebEnv
 
-        return WebEnv(cfg.env, env_id)
+        return WebEnv(cfg.env, env_id, fuzzy_judge)
     raise ValueError(f"unknown env.kind {cfg.env.kind!r}")
 
 
@@ -59,7 +59,9 @@ class EnvRunner:
             raise EnvBrokenError("runner is shutting down")
         if self.env is None:
             self.envs_created += 1
-            self.env = make_env(self.cfg, f"{self.runner_id}/env{self.envs_created}")
+            # WebArena's fuzzy_match checks ask the judge's model, when there is one
+            fuzzy = self.referee.judge.fuzzy_match if self.referee.judge is not None else None
+            self.env = make_env(self.cfg, f"{self.runner_id}/env{self.envs_created}", fuzzy)
         return self.env
 
     def _drop_env(self) -> None:

@@ -329,3 +329,46 @@ def test_judge_kind_judges_answers_and_auto_only_what_the_env_could_not(ray_sess
         finally:
             ray.kill(pool)
     assert len(stub.requests) == 2
+
+
+def test_fuzzy_match_asks_the_judge_model_with_the_references():
+    with OpenAIStub() as stub:
+        stub.script(ok("Same duration.\nVerdict: SUCCESS"), ok("I am not sure."))
+        pool = pool_for(stub)
+        same, unsure = asyncio.run(_fuzzy_twice(pool))
+    assert same.success is True and unsure.success is None and unsure.error == "no_verdict"
+    text = json.dumps(stub.requests[0].json)
+    assert "about 20 minutes" in text and "roughly twenty minutes" in text and "N/A" in text
+
+
+async def _fuzzy_twice(pool):
+    return (
+        await pool.fuzzy_match("roughly twenty minutes", ["about 20 minutes", "N/A"]),
+        await pool.fuzzy_match("twenty-ish", ["about 20 minutes"]),
+    )
+
+
+def test_webarena_fuzzy_match_in_a_real_browser_goes_through_the_pool(ray_session, tmp_path, site):
+    from envs.web.webenv import WebEnv
+    from tests.test_env_web import pae, task, web_config
+
+    checks = {"eval_types": ["string_match"], "reference_answers": {"fuzzy_match": ["about 20 minutes"]}}
+
+    def responder(rec):
+        return ok("Verdict: SUCCESS" if "twenty minutes" in json.dumps(rec.json) else "Verdict: NOT SUCCESS")
+
+    with OpenAIStub(responder=responder) as stub:
+        judge = JudgeConfig(provider="openai", model_id="m", endpoint_url=stub.endpoint_url)
+        pool = start_pool(EvaluatorConfig(judge=judge, pool=EvaluatorPoolConfig(rate_per_s=100, burst=10)))
+        env = WebEnv(web_config(tmp_path, action_space="pae"), fuzzy_judge=PoolJudge(pool, judge, 10).fuzzy_match)
+        try:
+            outcomes = []
+            for answer in ("roughly twenty minutes", "an hour"):
+                env.reset(task(site, checks=checks))
+                result = env.step(pae(f"ANSWER; [{answer}]"))
+                outcomes.append((result.info["outcome"], result.reward, result.info["verdict"]["reason"]))
+        finally:
+            env.close()
+            ray.kill(pool)
+    assert [o[:2] for o in outcomes] == [("success", 1.0), ("failure", 0.0)]
+    assert "the judge found the answer matching" in outcomes[0][2] and len(stub.requests) == 2

@@ -29,7 +29,7 @@ from rlsys.llm_clients import BedrockClaudeClient, ChatClient, GeminiClient, Ope
 from rlsys.prompts import packaged, read_template
 from rlsys.types import Task, Trajectory
 
-TEMPLATES = {"digirl": "digirl_judge", "pae": "pae_judge"}
+TEMPLATES = {"digirl": "digirl_judge", "pae": "pae_judge", "fuzzy_match": "fuzzy_match"}
 DEFAULT_KEY_ENV = {"gemini": "GEMINI_API_KEY", "openai": "OPENAI_API_KEY"}
 EXEMPLARS_FILE = "exemplars.jsonl"
 
@@ -82,6 +82,15 @@ def _key(task: Task, answer: str, screens: list[bytes]) -> str:
     for field in (task.instruction, answer, *(screen_hash(s) for s in screens)):
         h.update(field.encode() + b"\0")
     return h.hexdigest()
+
+
+def fuzzy_match_query(answer: str, references: list[str]) -> tuple[str, list[str | bytes], str]:
+    """WebArena's fuzzy_match as a text-only judgement: (system, parts, cache key); the reply is read
+    with `parse_pae_verdict`."""
+    listed = "\n".join(f"- {r}" for r in references)
+    parts: list[str | bytes] = [f"Reference answers:\n{listed}\n\nAgent's answer: {answer}"]
+    key = hashlib.sha256(json.dumps(["fuzzy_match", answer, references]).encode()).hexdigest()
+    return template("fuzzy_match", "pae"), parts, key
 
 
 def screen_hash(png: bytes) -> str:

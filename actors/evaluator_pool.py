@@ -31,7 +31,7 @@ from envs.evaluators.judges import (
 )
 from rlsys.config import EvaluatorConfig, JudgeConfig
 from rlsys.evaluator import Verdict
-from rlsys.llm_clients import LLMError, backoff_delay
+from rlsys.llm_clients import LLMError, retry_delay
 from rlsys.types import Task, Trajectory
 
 log = logging.getLogger(__name__)
@@ -138,14 +138,8 @@ class EvaluatorPool:
             return await asyncio.wait_for(self._attempts(system, parts, parse, attempts), self.cfg.deadline_s)
         except asyncio.TimeoutError:
             self.stats_.counts["errors/deadline"] += 1
-            return Verdict(
-                None,
-                self.judge.source,
-                f"no verdict within evaluator.pool.deadline_s={self.cfg.deadline_s:g}s ({attempts[0]} calls made)",
-                latency_s=time.monotonic() - t0,
-                calls=attempts[0],
-                error="deadline",
-            )
+            why = f"no verdict within evaluator.pool.deadline_s={self.cfg.deadline_s:g}s ({attempts[0]} calls made)"
+            return self._unknown(why, t0, attempts[0], "deadline")
 
     async def _attempts(self, system, parts, parse, attempts: list[int]) -> Verdict:
         loop = asyncio.get_running_loop()
@@ -176,9 +170,7 @@ class EvaluatorPool:
             if not error.retryable or retries >= self.cfg.max_retries:
                 why = f"{error} (after {retries} retries)" if error.retryable else str(error)
                 return self._unknown(why, t0, attempts[0], error.kind)
-            delay = backoff_delay(retries, self.cfg.base_delay_s, self.cfg.max_delay_s, self.rng)
-            if error.retry_after_s:
-                delay = min(max(delay, error.retry_after_s), self.cfg.max_delay_s)
+            delay = retry_delay(error, retries, self.cfg.base_delay_s, self.cfg.max_delay_s, self.rng)
             retries += 1
             self.stats_.counts["retries"] += 1
             await asyncio.sleep(delay)

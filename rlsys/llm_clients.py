@@ -90,6 +90,15 @@ def backoff_delay(attempt: int, base_delay_s: float, max_delay_s: float, rng: ra
     return rng.uniform(0.0, cap)
 
 
+def retry_delay(error: LLMError, attempt: int, base_delay_s: float, max_delay_s: float, rng: random.Random) -> float:
+    """The wait before retry `attempt` (from 0): full-jitter backoff, raised to the server's Retry-After
+    hint when it gave one, never above `max_delay_s`."""
+    delay = backoff_delay(attempt, base_delay_s, max_delay_s, rng)
+    if error.retry_after_s:
+        delay = min(max(delay, error.retry_after_s), max_delay_s)
+    return delay
+
+
 def with_retries(
     call: Callable[[], T],
     max_retries: int,
@@ -112,9 +121,7 @@ def with_retries(
             e.retries = retries
             if not e.retryable or retries >= max_retries:
                 raise
-            delay = backoff_delay(retries, base_delay_s, max_delay_s, rng)
-            if e.retry_after_s:
-                delay = min(max(delay, e.retry_after_s), max_delay_s)
+            delay = retry_delay(e, retries, base_delay_s, max_delay_s, rng)
             if on_retry is not None:
                 on_retry(e, delay)
             sleep(delay)
@@ -130,6 +137,19 @@ def image_media_type(data: bytes) -> str:
     if data[:3] == b"\xff\xd8\xff":
         return "image/jpeg"
     raise ValueError("image parts must be PNG or JPEG bytes")
+
+
+def content_blocks(
+    parts: Sequence[str | bytes], text: Callable[[str], dict], image: Callable[[str, str], dict]
+) -> list[dict]:
+    """A provider's content blocks for `parts`, in order: `text(str)` for text, `image(media_type,
+    base64 data)` for PNG or JPEG bytes."""
+    return [
+        image(image_media_type(p), base64.b64encode(p).decode("ascii"))
+        if isinstance(p, (bytes, bytearray))
+        else text(str(p))
+        for p in parts
+    ]
 
 
 def _snippet(body: bytes | str) -> str:
@@ -237,14 +257,11 @@ class OpenAIChatClient(_JsonHTTPClient):
     def request_body(
         self, system: str | None, parts: Sequence[str | bytes], max_tokens: int, temperature: float
     ) -> dict:
-        content = []
-        for part in parts:
-            if isinstance(part, (bytes, bytearray)):
-                data = base64.b64encode(part).decode("ascii")
-                url = f"data:{image_media_type(part)};base64,{data}"
-                content.append({"type": "image_url", "image_url": {"url": url}})
-            else:
-                content.append({"type": "text", "text": str(part)})
+        content = content_blocks(
+            parts,
+            text=lambda t: {"type": "text", "text": t},
+            image=lambda media, data: {"type": "image_url", "image_url": {"url": f"data:{media};base64,{data}"}},
+        )
         messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": content}]
         return {"model": self.model_id, "messages": messages, "max_tokens": max_tokens, "temperature": temperature}
 
@@ -298,13 +315,11 @@ class GeminiClient(_JsonHTTPClient):
     def request_body(
         self, system: str | None, parts: Sequence[str | bytes], max_tokens: int, temperature: float
     ) -> dict:
-        content = []
-        for part in parts:
-            if isinstance(part, (bytes, bytearray)):
-                data = base64.b64encode(part).decode("ascii")
-                content.append({"inline_data": {"mime_type": image_media_type(part), "data": data}})
-            else:
-                content.append({"text": str(part)})
+        content = content_blocks(
+            parts,
+            text=lambda t: {"text": t},
+            image=lambda media, data: {"inline_data": {"mime_type": media, "data": data}},
+        )
         body = {
             "contents": [{"role": "user", "parts": content}],
             "generationConfig": {"maxOutputTokens": max_tokens, "temperature": temperature},
@@ -345,6 +360,10 @@ class GeminiClient(_JsonHTTPClient):
 
 
 # ---------------------------------------------------------------------------------- Bedrock
+
+
+def _claude_image(media_type: str, data: str) -> dict:
+    return {"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}}
 
 
 _THROTTLED = {"ThrottlingException", "TooManyRequestsException", "Throttling", "RequestLimitExceeded"}
@@ -395,17 +414,11 @@ class BedrockClaudeClient:
     def request_body(
         self, system: str | None, parts: Sequence[str | bytes], max_tokens: int, temperature: float
     ) -> dict:
-        content = []
-        for part in parts:
-            if isinstance(part, (bytes, bytearray)):
-                source = {
-                    "type": "base64",
-                    "media_type": image_media_type(part),
-                    "data": base64.b64encode(part).decode("ascii"),
-                }
-                content.append({"type": "image", "source": source})
-            else:
-                content.append({"type": "text", "text": str(part)})
+        content = content_blocks(
+            parts,
+            text=lambda t: {"type": "text", "text": t},
+            image=_claude_image,
+        )
         body = {
             "anthropic_version": self.ANTHROPIC_VERSION,
             "max_tokens": max_tokens,

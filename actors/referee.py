@@ -82,7 +82,7 @@ class EpisodeReferee:
             _apply(trajectory, self._ask(referee.check, trajectory.task, trajectory))
         elif referee.judge is not None and (outcome == "unknown" or (referee.kind == "judge" and outcome != "timeout")):
             _apply(trajectory, self._ask(referee.judge, trajectory.task, trajectory))
-        if self.calls or self.judged:
+        if self.judged:
             trajectory.steps[-1].info["judge"] = {
                 "verdicts": self.judged,
                 "calls": self.calls,

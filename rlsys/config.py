@@ -422,7 +422,7 @@ def check_evaluator(ev: EvaluatorConfig) -> None:
     judge, pool = ev.judge, ev.pool
     if ev.kind == "judge" and judge.provider is None:
         raise ConfigError("evaluator.kind = 'judge' needs evaluator.judge.provider (gemini, bedrock or openai)")
-    if ev.kind == "function" and len((ev.function or "").partition(":")[2]) == 0:
+    if ev.kind == "function" and not ev.function:
         raise ConfigError(
             f"evaluator.kind = 'function' needs evaluator.function = 'package.module:callable', got {ev.function!r}"
         )

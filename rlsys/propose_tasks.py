@@ -128,12 +128,14 @@ def row_task(row: dict, suite: str | None = None) -> Task:
     return parse_task_line(json.dumps({k: row[k] for k in OUTPUT_KEYS}), "train", {}, suite)
 
 
-def site_examples(examples: Iterable[Task]) -> dict[str, Task]:
-    """One example per site (`web_name`), the first of each; later ones are ignored with a warning."""
+def site_examples(examples: Iterable[Task], warn: bool = True) -> dict[str, Task]:
+    """One example per site (`web_name`), the first of each; later ones are ignored (with a warning)."""
     sites: dict[str, Task] = {}
     for task in examples:
         site = task.meta.get("web_name") or ""
         if site in sites:
+            if not warn:
+                continue
             log.warning(
                 "site %r has several example tasks; using the first (%s), ignoring %s", site, sites[site].id, task.id
             )

@@ -99,6 +99,7 @@ class Trainer:
         self._iteration_trajs: list[Trajectory] = []
         self._pending_update: ray.ObjectRef | None = None
         self._new_since_update = 0
+        self._proposer_client = None
 
     # ------------------------------------------------------------------ collection
 
@@ -257,19 +258,17 @@ class Trainer:
         """New training tasks from the proposer LLM, one example per site (`proposer.examples`, or the
         first training task of each site); a failed call costs this round's proposals, not the run."""
         from rlsys.llm_clients import make_client
-        from rlsys.propose_tasks import load_examples, propose_new_tasks
+        from rlsys.propose_tasks import load_examples, propose_new_tasks, site_examples
 
         cfg, tasks_cfg = self.cfg.proposer, self.cfg.tasks
         if cfg.examples:
             examples = load_examples(cfg.examples, tasks_cfg.url_map)
         else:
-            first_per_site: dict = {}
-            for task in self.tasks.pool:
-                first_per_site.setdefault(task.meta.get("web_name"), task)
-            examples = list(first_per_site.values())
-        client = make_client(cfg.llm, key="proposer.llm")
+            examples = list(site_examples(self.tasks.pool, warn=False).values())
+        if self._proposer_client is None:  # one client for the run, not one per round
+            self._proposer_client = make_client(cfg.llm, key="proposer.llm")
         known, url_map = self.tasks.pool, tasks_cfg.url_map
-        new = propose_new_tasks(cfg, client, examples, known, url_map=url_map, suite=tasks_cfg.suite)
+        new = propose_new_tasks(cfg, self._proposer_client, examples, known, url_map=url_map, suite=tasks_cfg.suite)
         added = self.tasks.add(new)
         print(f"task proposer: {added} new training tasks ({len(self.tasks.pool)} in all)", flush=True)
         return {"tasks/proposed": added, "tasks/pool": len(self.tasks.pool)}

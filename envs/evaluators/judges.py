@@ -29,7 +29,8 @@ from rlsys.llm_clients import BedrockClaudeClient, ChatClient, GeminiClient, Ope
 from rlsys.prompts import packaged, read_template
 from rlsys.types import Task, Trajectory
 
-TEMPLATES = {"digirl": "digirl_judge", "pae": "pae_judge", "fuzzy_match": "fuzzy_match"}
+STYLE_TEMPLATES = {"digirl": "digirl_judge", "pae": "pae_judge"}
+TEMPLATES = (*STYLE_TEMPLATES.values(), "fuzzy_match")
 DEFAULT_KEY_ENV = {"gemini": "GEMINI_API_KEY", "openai": "OPENAI_API_KEY"}
 EXEMPLARS_FILE = "exemplars.jsonl"
 
@@ -90,7 +91,7 @@ def fuzzy_match_query(answer: str, references: list[str]) -> tuple[str, list[str
     listed = "\n".join(f"- {r}" for r in references)
     parts: list[str | bytes] = [f"Reference answers:\n{listed}\n\nAgent's answer: {answer}"]
     key = hashlib.sha256(json.dumps(["fuzzy_match", answer, references]).encode()).hexdigest()
-    return template("fuzzy_match", "pae"), parts, key
+    return template("fuzzy_match"), parts, key
 
 
 def screen_hash(png: bytes) -> str:
@@ -119,7 +120,7 @@ class VLMJudge:
     def __init__(self, cfg: JudgeConfig):
         self.cfg = cfg
         self.style = cfg.style
-        self.instructions = template(cfg.prompt, cfg.style)
+        self.instructions = template(STYLE_TEMPLATES[cfg.style] if cfg.prompt == "auto" else cfg.prompt)
         self.exemplars = load_exemplars(cfg.exemplars, cfg.downscale) if cfg.exemplars else []
         self.source = f"{cfg.provider}:{cfg.model_id}"
 
@@ -172,11 +173,9 @@ def parse_pae_verdict(reply: str) -> tuple[bool | None, str]:
 
 
 @cache
-def template(name: str, style: str) -> str:
-    """A packaged judge prompt by name (`auto`: the style's own), or a user's `.txt` file."""
-    name = TEMPLATES[style] if name == "auto" else name
-    folder = packaged("envs.evaluators", "prompts")
-    return read_template(name, folder, TEMPLATES.values(), "evaluator.judge.prompt")
+def template(name: str) -> str:
+    """A packaged judge prompt by name, or a user's `.txt` file."""
+    return read_template(name, packaged("envs.evaluators", "prompts"), TEMPLATES, "evaluator.judge.prompt")
 
 
 def load_exemplars(folder: str | os.PathLike, factor: int) -> list[Exemplar]:

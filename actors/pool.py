@@ -53,6 +53,11 @@ class RunnerPool:
         self._generation = [0] * cfg.runners.num
         self.servers = start_servers(cfg, weight_store, seed) if cfg.policy.placement == "server" else []
         self.evaluator = start_pool(cfg.evaluator, seed) if cfg.evaluator.uses_judge else None
+        self.emulator_pools = []
+        if cfg.env.kind == "android":
+            from actors.emulators import start_node_pools
+
+            self.emulator_pools = start_node_pools(cfg, str((cfg.output_dir / "emulators").resolve()))
         self.episode_limit_s = cfg.run.episode_timeout_s + judging_allowance_s(cfg)
         self.runners = [self._create(i) for i in range(cfg.runners.num)]
         self._inflight: dict[ray.ObjectRef, _Episode] = {}
@@ -146,3 +151,7 @@ class RunnerPool:
             self._inflight.clear()
         for actor in self.runners + self.servers + ([self.evaluator] if self.evaluator else []):
             ray.kill(actor, no_restart=True)
+        if self.cfg.env.kind == "android":
+            from actors.emulators import shutdown_node_pools
+
+            shutdown_node_pools()

@@ -27,6 +27,11 @@ def make_env(cfg: Config, env_id: str, fuzzy_judge=None):
         from envs.web.webenv import WebEnv
 
         return WebEnv(cfg.env, env_id, fuzzy_judge)
+    if cfg.env.kind == "android":
+        from actors.emulators import lease_env
+
+        # a lease may have to boot an emulator, or restart a broken one, first
+        return lease_env(cfg, env_id, timeout_s=cfg.env.android.boot_timeout_s + 60)
     raise ValueError(f"unknown env.kind {cfg.env.kind!r}")
 
 

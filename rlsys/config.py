@@ -59,20 +59,48 @@ class RayConfig:
 class RunnersConfig:
     num: int = 2
     num_cpus: float = 0.5
-    resource: str = "browser"  # custom Ray resource each runner asks one unit of
+    resource: str = "auto"  # custom Ray resource each runner asks one unit of; auto: android or browser by env.kind
     max_restarts: int = 20  # runner re-creations allowed over a run before it fails
 
 
 @dataclass
+class AndroidConfig:
+    """Android emulators (one per runner) started from an AVD and reset from its snapshot; see envs/android."""
+
+    sdk_root: str | None = None  # default: $ANDROID_SDK_ROOT, then $ANDROID_HOME
+    emulator: str | None = None  # the emulator binary; default: <sdk_root>/emulator/emulator
+    avd: str = "rlsys_pixel_28"  # created by the user (README: "Android emulators")
+    snapshot: str = "rlsys_home"  # loaded at boot and at every episode's reset
+    emulator_args: list[str] = field(default_factory=lambda: ["-gpu", "swiftshader_indirect"])
+    emulator_env: dict[str, str] = field(default_factory=dict)  # extra environment for emulator processes
+    first_console_port: int = 5554  # emulator i uses console port 5554 + 2i and adb port one above
+    max_emulators: int = 16  # per node
+    adb_server_port: int = 5037
+    console_token_file: str = "~/.emulator_console_auth_token"
+    kvm_device: str = "/dev/kvm"  # "" skips the check (e.g. an ARM image under software emulation)
+    boot_timeout_s: float = 300.0
+    snapshot_timeout_s: float = 60.0
+    health_timeout_s: float = 10.0
+    devices: list[str] = field(default_factory=list)  # serials of running devices to use instead of starting any
+    screenshot_scale: float = 0.5  # observations are downscaled by this factor (1.0: full resolution)
+    settle_interval_s: float = (
+        0.0  # after an action, extra wait between screenshots (0: back to back) until two are equal
+    )
+    unicode_input: Literal["adbkeyboard", "none"] = "adbkeyboard"  # how characters beyond ASCII are typed
+    swipe_ms: int = 300
+    browser_url: str = "https://www.google.com"  # the webshop suites' start page
+
+
+@dataclass
 class EnvConfig:
-    kind: Literal["miniwob", "web"] = "miniwob"
-    action_space: Literal["element", "pae", "coords"] = "element"
+    kind: Literal["miniwob", "web", "android"] = "miniwob"
+    action_space: Literal["element", "pae", "coords", "autoui", "cogagent"] = "element"
     max_steps: int = 5
     viewport: list[int] = field(default_factory=lambda: [1024, 768])  # exact pixels of the page area
     set_of_marks: bool = True  # draw numbered element boxes onto the screenshot
     history: int = 3  # previous steps shown in each observation
-    step_timeout_s: float = 15.0  # every WebDriver call
-    settle_quiet_ms: int = 50  # the DOM must be unchanged this long after an action...
+    step_timeout_s: float = 15.0  # every WebDriver or adb call
+    settle_quiet_ms: int = 50  # web: the DOM must be unchanged this long after an action...
     settle_timeout_s: float = 3.0  # ...but no longer than this is waited
     wait_action_s: float = 1.0  # what the agent's `Wait` action waits
     headless: bool = True
@@ -92,14 +120,16 @@ class EnvConfig:
     # MiniWoB++
     episode_time_limit_s: float = 60.0  # MiniWoB's in-page timer
     max_tabs: int = 8  # task pages kept open per browser
+    android: AndroidConfig = field(default_factory=AndroidConfig)
 
 
 @dataclass
 class TasksConfig:
-    suite: Literal["miniwob", "webvoyager", "webarena"] = "miniwob"
+    suite: Literal["miniwob", "webvoyager", "webarena", "aitw-general", "aitw-webshop"] = "miniwob"
     train: list[str] = field(default_factory=lambda: ["click-test-2"])  # MiniWoB++ names, or ["all"]
     eval: list[str] | None = None  # default: the training tasks
-    file: str | None = None  # web suites: a JSONL task file (web_name, id, ques, web[, eval])
+    # web suites: a JSONL task file (web_name, id, ques, web[, eval]); AitW: a text file, one instruction per line
+    file: str | None = None
     eval_file: str | None = None  # default: `file`
     url_map: dict[str, str] = field(default_factory=dict)  # placeholders such as __SHOPPING__ -> base URL
     sampling: Literal["random", "sequential"] = "random"
@@ -398,6 +428,17 @@ def load_config(path: str | os.PathLike | None, overrides: list[str] = (), data:
 
 def check_consistency(cfg: Config) -> None:
     """Rules that span sections."""
+    android_spaces = ("autoui", "cogagent")
+    if (cfg.env.kind == "android") != (cfg.env.action_space in android_spaces):
+        wanted = "autoui or cogagent" if cfg.env.kind == "android" else "element, pae or coords"
+        raise ConfigError(f"env.kind = {cfg.env.kind!r} takes env.action_space {wanted}, got {cfg.env.action_space!r}")
+    if cfg.policy.kind == "autoui" and cfg.env.action_space not in ("coords", "autoui"):
+        raise ConfigError(
+            f"policy.kind = 'autoui' writes AutoUI actions: env.action_space must be autoui (Android) or coords (web), "
+            f"got {cfg.env.action_space!r}"
+        )
+    if cfg.runners.resource == "auto":
+        cfg.runners.resource = "android" if cfg.env.kind == "android" else "browser"
     if cfg.policy.kind == "tiny_t5" and cfg.env.action_space != "element":
         raise ConfigError(
             f"policy.kind = 'tiny_t5' decodes with the element grammar; set env.action_space = 'element' "
@@ -406,7 +447,11 @@ def check_consistency(cfg: Config) -> None:
     if cfg.policy.prompt == "auto":
         if cfg.policy.kind in ("vlm", "api") and cfg.env.action_space == "coords":
             raise ConfigError("no packaged prompt for env.action_space 'coords'; set policy.prompt to a .txt template")
-        cfg.policy.prompt = {"element": "element_agent"}.get(cfg.env.action_space, "pae_agent")
+        cfg.policy.prompt = {
+            "element": "element_agent",
+            "autoui": "android_autoui",
+            "cogagent": "android_cogagent",
+        }.get(cfg.env.action_space, "pae_agent")
     if len(cfg.env.viewport) != 2 or min(cfg.env.viewport) <= 0:
         raise ConfigError(f"env.viewport must be [width, height] in pixels, got {cfg.env.viewport}")
     check_training(cfg)

@@ -12,6 +12,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from envs.android.emulator import check_local_setup
 from envs.evaluators import check_setup
 from rlsys.config import ConfigError, check_paths, load_config
 from rlsys.tasks import check_tasks
@@ -33,6 +34,7 @@ def main(argv=None) -> int:
         cfg = load_config(args.config, args.overrides)
         check_tasks(cfg.tasks, cfg.env.kind)
         check_setup(cfg.evaluator)
+        check_local_setup(cfg)
         check_paths(cfg, offline_data=False)
     except ConfigError as e:
         print(f"config error: {e}", file=sys.stderr)

@@ -35,16 +35,25 @@ def miniwob_names(names: list[str]) -> list[str]:
 
 
 def load_suite(cfg: TasksConfig, split: str) -> list[Task]:
-    """The tasks of a web suite from its JSONL file (`tasks.eval_file` for evaluation, if set)."""
-    from envs.web.task_files import load_task_file
-
+    """The tasks of a web or AitW suite from its file (`tasks.eval_file` for evaluation, if set)."""
     path = (cfg.eval_file or cfg.file) if split == "eval" else cfg.file
+    kind = "an AitW text file, one instruction per line" if is_aitw(cfg.suite) else "a JSONL task file"
     if not path:
-        raise ConfigError(f"tasks.suite = {cfg.suite!r} needs tasks.file (a JSONL task file)")
+        raise ConfigError(f"tasks.suite = {cfg.suite!r} needs tasks.file ({kind})")
     if not Path(path).is_file():
         key = "tasks.eval_file" if split == "eval" and cfg.eval_file else "tasks.file"
         raise ConfigError(f"{key}: {path} does not exist")
+    if is_aitw(cfg.suite):
+        from envs.android.tasks import load_aitw_file
+
+        return load_aitw_file(path, cfg.suite, split)
+    from envs.web.task_files import load_task_file
+
     return load_task_file(path, split=split, url_map=cfg.url_map, suite=cfg.suite)
+
+
+def is_aitw(suite: str) -> bool:
+    return suite.startswith("aitw-")
 
 
 class TaskSource:
@@ -113,8 +122,9 @@ class TaskSource:
 
 
 def eval_tasks(cfg: TasksConfig, episodes: int) -> list[Task]:
-    """The same problems at every evaluation: MiniWoB++ tasks spread evenly with fixed seeds; a web
-    suite's evaluation tasks in file order (at most `episodes`, repeated if there are fewer)."""
+    """The same problems at every evaluation: MiniWoB++ tasks spread evenly with fixed seeds; a web or
+    AitW suite's evaluation tasks in file order (at most `episodes`, repeated if there are fewer): AitW's
+    protocol is the first 96 of the test file."""
     if cfg.suite == "miniwob":
         names = miniwob_names(cfg.eval or cfg.train)
         return [miniwob_task(names[i % len(names)], EVAL_SEED_BASE + i, "eval") for i in range(episodes)]
@@ -131,7 +141,7 @@ def check_tasks(cfg: TasksConfig, env_kind: str) -> None:
     an unknown task name, a bad task file (with its line number)."""
     from envs.web.task_files import TaskFileError
 
-    wanted = "miniwob" if cfg.suite == "miniwob" else "web"
+    wanted = "miniwob" if cfg.suite == "miniwob" else "android" if is_aitw(cfg.suite) else "web"
     if env_kind != wanted:
         raise ConfigError(f"tasks.suite = {cfg.suite!r} is played by env.kind = {wanted!r}, not {env_kind!r}")
     try:

@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 
+from envs.android.emulator import check_local_setup
 from envs.evaluators import check_setup
 from rlsys.config import Config, ConfigError, build, check_paths, save_config, unresolved_dict
 from rlsys.tasks import check_tasks
@@ -30,6 +31,7 @@ def main(argv=None) -> int:
         cfg = build(Config, raw)
         check_tasks(cfg.tasks, cfg.env.kind)
         check_setup(cfg.evaluator)
+        check_local_setup(cfg)
         check_paths(cfg)
         if cfg.policy.kind == "api":
             raise ConfigError("policy.kind 'api' has no weights to train; evaluate it with python -m rlsys.eval")

@@ -76,7 +76,7 @@ def ray_session():
     from rlsys.trainer import SUBREAPER
 
     os.environ.setdefault(SUBREAPER, "true")
-    ray.init(num_cpus=2, resources={"browser": 8}, include_dashboard=False, log_to_driver=False)
+    ray.init(num_cpus=2, resources={"browser": 8, "android": 4}, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
 
@@ -151,3 +151,78 @@ def site():
     yield f"http://127.0.0.1:{server.server_port}"
     server.shutdown()
     server.server_close()
+
+
+# ---------------------------------------------------------------------------------- Android
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def adb_server():
+    """A real adb server (the one adbutils bundles) on a private port; its port."""
+    import subprocess
+
+    import adbutils
+
+    port = _free_port()
+    subprocess.run([adbutils.adb_path(), "-P", str(port), "start-server"], check=True, capture_output=True, timeout=60)
+    yield port
+    subprocess.run([adbutils.adb_path(), "-P", str(port), "kill-server"], capture_output=True, timeout=60)
+
+
+@pytest.fixture
+def fake_phone(adb_server):
+    """A fake device attached to the real adb server: (device, daemon, serial)."""
+    import adbutils
+
+    from tests.fake_android.device import AdbDaemon, FakeDevice
+
+    device = FakeDevice()
+    daemon = AdbDaemon(device)
+    client = adbutils.AdbClient(host="127.0.0.1", port=adb_server)
+    client.connect(daemon.address, timeout=10)
+    client.wait_for(daemon.address, timeout=10)
+    yield device, daemon, daemon.address
+    daemon.close()
+    try:
+        client.disconnect(daemon.address)
+    except Exception:
+        pass
+
+
+@pytest.fixture
+def fake_sdk(tmp_path, adb_server):
+    """An Android SDK folder whose emulator/emulator is the fake emulator, and the AndroidConfig keys that
+    point the pool at it (a private HOME for the console token, the private adb server)."""
+    import sys
+    from pathlib import Path
+
+    sdk = tmp_path / "sdk"
+    (sdk / "emulator").mkdir(parents=True)
+    script = Path(__file__).parent / "fake_android" / "emulator.py"
+    binary = sdk / "emulator" / "emulator"
+    binary.write_text(f'#!/bin/sh\nexec {sys.executable} {script} "$@"\n')
+    binary.chmod(0o755)
+    home = tmp_path / "home"
+    home.mkdir()
+    return {
+        "sdk_root": str(sdk),
+        "adb_server_port": adb_server,
+        "kvm_device": "",
+        "console_token_file": str(home / ".emulator_console_auth_token"),
+        "emulator_env": {
+            "HOME": str(home),
+            "FAKE_EMULATOR_BOOT_S": "0.5",
+            "FAKE_EMULATOR_LOG": str(tmp_path / "emu.jsonl"),
+        },
+        "first_console_port": 5600,
+        "boot_timeout_s": 30.0,
+        "health_timeout_s": 3.0,
+    }

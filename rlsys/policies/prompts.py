@@ -11,7 +11,7 @@ from functools import cache
 from rlsys.prompts import packaged, read_template
 from rlsys.types import Observation
 
-TEMPLATES = ("pae_agent", "element_agent")
+TEMPLATES = ("pae_agent", "element_agent", "android_autoui", "android_cogagent")
 
 
 @cache

@@ -12,6 +12,7 @@ import base64
 import re
 import struct
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -76,7 +77,7 @@ def text_commands(text: str, unicode_ime: bool) -> list[list[str]]:
     return commands
 
 
-def run_shell(client, serial: str, argv: list[str], timeout_s: float) -> bytes:
+def run_shell(client, serial: str, argv: list[str], timeout_s: float) -> bytearray:
     """`adb exec-out <argv>` with `timeout_s` bounding every wait, the stream's opening included (adbutils'
     own shell waits up to 10 minutes for a device that stopped answering, and grows its output 4 KB at a
     time, which is quadratic on a 10 MB frame)."""
@@ -89,9 +90,26 @@ def run_shell(client, serial: str, argv: list[str], timeout_s: float) -> bytes:
         out = bytearray()
         while chunk := conn.conn.recv(_READ_CHUNK):
             out += chunk
-        return bytes(out)
+        return out  # a bytearray: no copy of a 10 MB frame
     finally:
         conn.close()
+
+
+@dataclass(eq=False)
+class Screen:
+    """One raw screenshot: RGBA pixels after a small header."""
+
+    raw: bytearray
+    header: int
+    width: int
+    height: int
+
+    @property
+    def rgba(self) -> np.ndarray:
+        return np.frombuffer(self.raw, np.uint8, offset=self.header).reshape(self.height, self.width, 4)
+
+    def same_as(self, other: Screen) -> bool:
+        return self.raw == other.raw  # one memcmp
 
 
 class AndroidDevice:
@@ -123,7 +141,7 @@ class AndroidDevice:
     def shell(self, argv: list[str]) -> str:
         return self.exec_out(argv).decode("utf-8", "replace")
 
-    def exec_out(self, argv: list[str]) -> bytes:
+    def exec_out(self, argv: list[str]) -> bytearray:
         return self._call(argv[0], lambda: run_shell(self._client, self.serial, argv, self.timeout_s))
 
     # ------------------------------------------------------------------ queries
@@ -143,9 +161,8 @@ class AndroidDevice:
         match = _FOCUS.search(self.shell(["dumpsys", "window", "windows"]))
         return match.group(1) if match else ""
 
-    def frame(self) -> np.ndarray:
-        """The screen as an (height, width, 3) uint8 array, from the raw `screencap` output (no PNG
-        encoding on the device, which costs seconds at full resolution)."""
+    def screen(self) -> Screen:
+        """The raw `screencap` output: no PNG encoding on the device, which costs seconds at full resolution."""
         raw = self.exec_out(["screencap"])
         width, height, pixel_format = struct.unpack_from("<3I", raw)
         header = len(raw) - width * height * 4  # 12 bytes up to Android 9, 16 with the colour space after
@@ -154,7 +171,11 @@ class AndroidDevice:
                 f"device {self.serial}: unexpected screencap output ({len(raw)} bytes, {width}x{height}, "
                 f"format {pixel_format})"
             )
-        return np.frombuffer(raw, np.uint8, offset=header).reshape(height, width, 4)[:, :, :3]
+        return Screen(raw, header, width, height)
+
+    def frame(self) -> np.ndarray:
+        """The screen as an (height, width, 3) uint8 array."""
+        return self.screen().rgba[:, :, :3]
 
     # ------------------------------------------------------------------ input
 

@@ -17,7 +17,15 @@ from typing import Callable
 import numpy as np
 
 from envs.android.actions import ActionParseError, AndroidAction, parse_action, to_pixels
-from envs.android.device import KEY_BACK, KEY_ENTER, KEY_HOME, AndroidDevice, DeviceLostError, UnicodeInputError
+from envs.android.device import (
+    KEY_BACK,
+    KEY_ENTER,
+    KEY_HOME,
+    AndroidDevice,
+    DeviceLostError,
+    Screen,
+    UnicodeInputError,
+)
 from envs.android.emulator import ConsoleError, Lease, load_snapshot
 from rlsys.config import EnvConfig
 from rlsys.env import EnvBrokenError
@@ -78,7 +86,7 @@ class AndroidEnv:
             self.device.open_url(start)
         elif start not in ("", "home"):
             self.device.shell(["am", "start", "-n", start])
-        obs = self._observe(self._settled_frame(), location=self.device.foreground())
+        obs = self._observe(self._settled_screen(), location=self.device.foreground())
         obs.extras["timing"] = _timing(t0, adb0, self.device.adb_seconds)
         return obs
 
@@ -102,14 +110,14 @@ class AndroidEnv:
                 self._act(action)
             except (ValueError, UnicodeInputError) as e:
                 info["action_error"] = str(e)
-        frame = self._settled_frame() if not done else self.device.frame()
+        screen = self._settled_screen() if not done else self.device.screen()
         location = self.device.foreground() if done else ""
         if done:  # the env cannot score an AitW task: the evaluator decides
             info["outcome"] = "unknown"
-        info["timing"] = _timing(t0, adb0, self.device.adb_seconds)
         self.history.append({"step": len(self.history) + 1, "action": action_text.strip()})
-        obs = self._observe(frame, location)
+        obs = self._observe(screen, location)
         obs.extras["feedback"] = info.get("parse_error") or info.get("action_error")
+        info["timing"] = _timing(t0, adb0, self.device.adb_seconds)
         return StepResult(obs, 0.0, done, info)
 
     def _act(self, action: AndroidAction) -> None:
@@ -125,21 +133,21 @@ class AndroidEnv:
 
     # ------------------------------------------------------------------ screen
 
-    def _settled_frame(self) -> np.ndarray:
+    def _settled_screen(self) -> Screen:
         """The first screenshot equal to the one before it, or the last one taken by the deadline."""
         deadline = time.monotonic() + self.cfg.settle_timeout_s
-        previous = self.device.frame()
+        previous = self.device.screen()
         while time.monotonic() < deadline:
             time.sleep(self.android.settle_interval_s)
-            current = self.device.frame()
-            if np.array_equal(current, previous):
+            current = self.device.screen()
+            if current.same_as(previous):
                 return current
             previous = current
         return previous
 
-    def _observe(self, frame: np.ndarray, location: str = "") -> Observation:
+    def _observe(self, screen: Screen, location: str = "") -> Observation:
         return Observation(
-            screenshot_png=encode_png(frame, self.android.screenshot_scale),
+            screenshot_png=encode_png(screen.rgba, self.android.screenshot_scale),
             ui_text="",
             location=location,
             task=self.task.instruction if self.task else "",
@@ -158,11 +166,11 @@ class AndroidEnv:
             release(self.broken)
 
 
-def encode_png(frame: np.ndarray, scale: float) -> bytes:
-    """The frame as PNG, downscaled by `scale` (a box filter; 0.5 halves each side)."""
+def encode_png(pixels: np.ndarray, scale: float) -> bytes:
+    """RGB or RGBA pixels as an RGB PNG, downscaled by `scale` (a box filter; 0.5 halves each side)."""
     from PIL import Image
 
-    image = Image.fromarray(np.ascontiguousarray(frame))
+    image = Image.fromarray(pixels)
     if scale != 1.0:
         factor = 1.0 / scale
         if factor.is_integer():
@@ -170,7 +178,7 @@ def encode_png(frame: np.ndarray, scale: float) -> bytes:
         else:
             image = image.resize((max(1, round(image.width * scale)), max(1, round(image.height * scale))))
     out = io.BytesIO()
-    image.save(out, format="PNG", compress_level=1)
+    image.convert("RGB").save(out, format="PNG", compress_level=1)
     return out.getvalue()
 
 

@@ -212,6 +212,7 @@ def fake_sdk(tmp_path, adb_server):
     binary.chmod(0o755)
     home = tmp_path / "home"
     home.mkdir()
+    (home / ".emulator_console_auth_token").write_text("fake-console-token")  # before several fakes race to write it
     return {
         "sdk_root": str(sdk),
         "adb_server_port": adb_server,

@@ -169,7 +169,8 @@ class EmulatorPool:
             return
         self._binary = find_emulator_binary(self.cfg)
         check_kvm(self.cfg.kvm_device)
-        listed = subprocess.run([self._binary, "-list-avds"], capture_output=True, text=True, timeout=60)
+        env = {**os.environ, **self.cfg.emulator_env}  # as the emulators will see it (ANDROID_AVD_HOME, HOME)
+        listed = subprocess.run([self._binary, "-list-avds"], capture_output=True, text=True, timeout=60, env=env)
         avds = listed.stdout.split()
         if self.cfg.avd not in avds:
             raise EnvSetupError(
@@ -335,9 +336,11 @@ class EmulatorPool:
         emulator = next((e for e in self.emulators if e.serial == serial), None)
         if emulator is None:
             raise KeyError(f"{serial} is not an emulator of this pool")
-        if broken or not self.healthy(emulator):
-            self.restart(emulator)
-        emulator.leased = False
+        try:
+            if broken or not self.healthy(emulator):
+                self.restart(emulator)
+        finally:
+            emulator.leased = False  # a failed restart leaves it stopped: the next acquire starts it again
 
     def healthy(self, emulator: Emulator) -> bool:
         """The process runs and the device answers a shell command in time."""
@@ -368,7 +371,7 @@ class EmulatorPool:
                 "pid": e.pid,
                 "leased": e.leased,
                 "starts": e.starts,
-                "alive": e.process.poll() is None,
+                "alive": e.process is not None and e.process.poll() is None,
             }
             for e in self.emulators
         ]

@@ -1,5 +1,6 @@
 import os
 import shutil
+import signal
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
@@ -77,6 +78,9 @@ def ray_session():
 
     os.environ.setdefault(SUBREAPER, "true")
     ray.init(num_cpus=2, resources={"browser": 8, "android": 4}, include_dashboard=False, log_to_driver=False)
+    # Ray's driver ignores SIGCHLD (set below Python, so signal.getsignal does not show it): children are
+    # reaped by the kernel and every subprocess exit code reads 0. Tests that check exit codes need them.
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     yield ray
     ray.shutdown()
 

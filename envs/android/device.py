@@ -153,9 +153,6 @@ class AndroidDevice:
             raise DeviceLostError(f"device {self.serial}: unexpected `wm size` output {out[:80]!r}")
         return int(match.group(1)), int(match.group(2))
 
-    def boot_completed(self) -> bool:
-        return self.shell(["getprop", "sys.boot_completed"]).strip() == "1"
-
     def foreground(self) -> str:
         """The focused window's `package/activity` ("" when none has focus)."""
         match = _FOCUS.search(self.shell(["dumpsys", "window", "windows"]))

@@ -15,7 +15,7 @@ import socket
 import subprocess
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from envs.android.device import run_shell
@@ -25,7 +25,7 @@ from rlsys.env import EnvBrokenError, EnvSetupError
 log = logging.getLogger(__name__)
 
 SDK_HINT = (
-    "install the emulator and a system image with sdkmanager (README: Android emulators), then set "
+    "install the emulator and a system image with sdkmanager (README: Creating the AVD and its snapshot), then set "
     "env.android.sdk_root or ANDROID_SDK_ROOT"
 )
 _LAST_CONSOLE_PORT = 5682  # the emulator accepts console ports 5554..5682
@@ -48,13 +48,11 @@ class Lease:
 
 @dataclass
 class Emulator:
-    index: int
     console_port: int
     process: subprocess.Popen | None = None
     log_path: Path | None = None
     leased: bool = False
     starts: int = 0
-    booted_at: float = field(default=0.0)
 
     @property
     def adb_port(self) -> int:
@@ -94,7 +92,7 @@ def check_kvm(device: str) -> None:
     if not os.path.exists(device):
         raise EnvSetupError(
             f"{device} does not exist: x86 emulators need KVM. Enable virtualisation in the BIOS or use a "
-            "KVM-capable (bare-metal or nested-virtualisation) instance; see README: Android emulators"
+            "KVM-capable (bare-metal or nested-virtualisation) instance; see README: Android environment"
         )
     if not os.access(device, os.R_OK | os.W_OK):
         raise EnvSetupError(
@@ -175,7 +173,7 @@ class EmulatorPool:
         if self.cfg.avd not in avds:
             raise EnvSetupError(
                 f"env.android.avd: no AVD named {self.cfg.avd!r} (this emulator knows {avds}); create it as shown "
-                "in README: Android emulators"
+                "in README: Creating the AVD and its snapshot"
             )
 
     def _adb(self):
@@ -219,7 +217,7 @@ class EmulatorPool:
         used = {e.console_port for e in self.emulators}
         for port in range(self.cfg.first_console_port, _LAST_CONSOLE_PORT + 1, 2):
             if port not in used and port_free(port) and port_free(port + 1):
-                emulator = Emulator(index=len(self.emulators), console_port=port)
+                emulator = Emulator(console_port=port)
                 self.emulators.append(emulator)
                 return emulator
         raise EnvSetupError(
@@ -266,7 +264,6 @@ class EmulatorPool:
                         + (f"; its log: {emulator.log_path}" if emulator.log_path else "")
                     )
                 if self._boot_completed(emulator.serial):
-                    emulator.booted_at = time.monotonic()
                     waiting.remove(emulator)
             if waiting and time.monotonic() > deadline:
                 for emulator in waiting:
@@ -353,10 +350,6 @@ class EmulatorPool:
         self.restarts += 1
         log.warning("restarting %s (restart %d)", emulator.serial, self.restarts)
         self._stop(emulator)
-        try:
-            self._adb().disconnect(f"127.0.0.1:{emulator.adb_port}")
-        except Exception:
-            pass
         deadline = time.monotonic() + 30
         while not (port_free(emulator.console_port) and port_free(emulator.adb_port)):
             if time.monotonic() > deadline:

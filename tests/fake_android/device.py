@@ -18,7 +18,6 @@ import shlex
 import socket
 import struct
 import threading
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -326,12 +325,3 @@ class _Connection:
             pass
         finally:
             self._acks.pop(local_id, None)
-
-
-def wait_until(predicate, timeout_s: float = 10.0, interval_s: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval_s)
-    return predicate()

@@ -56,7 +56,7 @@ class TextEncoder(nn.Module):
         if getattr(out, "pooler_output", None) is not None:
             return out.pooler_output
         mask = batch.attention_mask.unsqueeze(-1).to(out.last_hidden_state.dtype)
-        return (out.last_hidden_state * mask).sum(1) / mask.sum(1)
+        return (out.last_hidden_state * mask).sum(1) / mask.sum(1).clamp(min=1)  # an empty text: zeros
 
 
 class InstructionCritic(nn.Module):

@@ -11,7 +11,7 @@ from functools import cache
 from rlsys.prompts import packaged, read_template
 from rlsys.types import Observation
 
-TEMPLATES = ("pae_agent", "element_agent", "android_autoui", "android_cogagent")
+TEMPLATES = ("pae_agent", "element_agent", "android_autoui", "android_cogagent", "digiq_change")
 
 
 @cache
@@ -21,7 +21,8 @@ def template(name: str) -> str:
 
 
 def agent_prompt(obs: Observation, name: str = "pae_agent") -> str:
-    """The agent's turn: task, page, numbered elements, recent steps, and what went wrong last."""
+    """The agent's turn: task, page, numbered elements, recent steps, and what went wrong last (and, for
+    templates that judge one action, such as `digiq_change`, the candidate action in `extras`)."""
     history = obs.extras.get("history") or []
     steps = "\n".join(f"{h.get('step', i + 1)}. {h.get('action', '')}" for i, h in enumerate(history)) or "none"
     feedback = obs.extras.get("feedback")
@@ -33,6 +34,7 @@ def agent_prompt(obs: Observation, name: str = "pae_agent") -> str:
             elements=obs.ui_text or "none",
             history=steps,
             feedback=f"The last action did not work: {feedback}" if feedback else "",
+            action=obs.extras.get("candidate_action", ""),
         )
         .rstrip()
         + "\n"

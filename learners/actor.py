@@ -4,6 +4,7 @@ PAE and DigiRL, with the optional probability clamp and clipped importance weigh
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -68,10 +69,18 @@ class ActorUpdate:
             return token_mean_nll(token_logp, mask, weights)
         return sequence_weighted_nll(token_logp, weights)
 
-    def run(self, samples: list[ActorSample], steps: int) -> dict:
+    def run(self, items: list, steps: int, choose: Callable[[list], list[ActorSample]] | None = None) -> dict:
+        """`steps` updates on micro-batches drawn from `items`: ActorSamples, or anything `choose` turns into
+        the samples to imitate when the batch is drawn (Digi-Q's Best-of-N). A batch with nothing chosen
+        contributes no gradient."""
         self.policy.train()
         self._stats = []
-        metrics = train_steps(self.optimizer, samples, self.loss, steps, self.cfg, self.rng)
+
+        def loss(batch: list) -> torch.Tensor:
+            samples = choose(batch) if choose else batch
+            return self.loss(samples) if samples else torch.zeros((), requires_grad=True)
+
+        metrics = train_steps(self.optimizer, items, loss, steps, self.cfg, self.rng)
         if self._stats:
             metrics["actor/importance_weight"] = float(np.mean([m for m, _, _ in self._stats]))
             metrics["actor/importance_clipped"] = sum(c for _, c, _ in self._stats)

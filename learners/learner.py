@@ -35,6 +35,10 @@ def build_algorithm(cfg: Config, policy, device: str):
         from learners.digirl import DigiRL
 
         return DigiRL(cfg.learner, policy, seed=cfg.run.seed, device=device, correct_off_policy=correct)
+    if cfg.learner.algorithm == "digiq":
+        from learners.digiq import DigiQ
+
+        return DigiQ(cfg.learner, policy, seed=cfg.run.seed, device=device, correct_off_policy=correct)
     from learners.filtered_bc import FilteredBC
 
     return FilteredBC(cfg.learner, policy, seed=cfg.run.seed, correct_off_policy=correct)
@@ -82,6 +86,11 @@ class Learner:
             "policy_version": self.version,
             "learner/trained_from_version": trained_from,
         }
+
+    def critic_stage(self) -> dict:
+        """Digi-Q's finished critic as files, and its scores of every stored step (for inspection)."""
+        trajectories = ray.get(self.buffer.all.remote(), timeout=600)
+        return {"files": self.algorithm.critic_files(), "scores": self.algorithm.annotations(trajectories)}
 
     # -- checkpoints
 

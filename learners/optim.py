@@ -51,9 +51,10 @@ def train_steps(
     steps: int,
     cfg,
     rng,
+    after_step: Callable[[], None] | None = None,
 ) -> dict:
     """`steps` optimizer steps, each over `cfg.grad_accumulation` micro-batches of `cfg.batch_size` items drawn
-    without replacement."""
+    without replacement; `after_step` runs after each (e.g. a target network's Polyak update)."""
     if steps < 1 or not items:
         return {f"{optimizer.name}/updates": 0}
     size = min(cfg.batch_size, len(items))
@@ -61,6 +62,8 @@ def train_steps(
     for _ in range(steps):
         micro = [rng.sample(items, size) for _ in range(cfg.grad_accumulation)]
         out = optimizer.step(lambda b=b: loss_fn(b) for b in micro)
+        if after_step is not None:
+            after_step()
         losses.append(out["loss"])
         norms.append(out["grad_norm"])
     name = optimizer.name

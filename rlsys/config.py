@@ -228,8 +228,60 @@ class DigiRLConfig:
 
 
 @dataclass
+class DigiQRepresentationConfig:
+    """Where z(s, a) comes from (`python -m rlsys.digiq represent`) and what the critic accepts."""
+
+    model: str | None = None  # the (fine-tuned) VLM folder, or the model id the extraction printed
+    method: Literal["answer_state", "generated_mean"] = "answer_state"
+    batch_size: int = 8
+    max_new_tokens: int = 8  # generated_mean: tokens generated per pair
+
+
+@dataclass
+class DigiQCandidatesConfig:
+    """Candidate actions per state (`python -m rlsys.digiq candidates`), sampled from `policy`."""
+
+    k: int = 16  # candidates per state; index 0 is the dataset action
+    temperature: float = 1.2
+    max_redraws: int = 4  # draws per slot before an invalid sample is kept out of the set
+    batch_size: int = 16
+
+
+@dataclass
+class DigiQConfig:
+    """Digi-Q (REFERENCE.md §6): a TD critic on frozen VLM representations, then Best-of-N actor
+    extraction. Defaults are the published ones; the actor's learning rate is `learner.lr`."""
+
+    gamma: float = 0.95
+    tau: float = 0.1  # Polyak rate of the target heads, per critic step
+    critic_lr: float = 1e-5
+    critic_steps: int = 100  # critic optimizer steps per offline iteration
+    actor_steps: int = 100
+    critic_iterations: int = 8  # 8 x 100 = the published 800 critic steps
+    actor_iterations: int = 9  # 9 x 100 = the published 900 actor steps
+    critic_path: str | None = None  # a finished critic stage (<run>/critic) to reuse; skips the critic phase
+    aggregate: Literal["min", "max"] = "min"  # over the two Q heads and the two V heads when scoring
+    best_of_n: int = 16  # candidates scored per state, redrawn for every sample
+    advantage_threshold: float = 0.10  # delta: 0.10 general, 0.05 webshop
+    weighting: Literal["sft", "pg", "awr"] = "sft"  # sft: 1; pg: A* x pg_scale; awr: exp(A* / awr_beta)
+    pg_scale: float = 1.0
+    awr_beta: float = 1.0
+    dropout: float = 0.1  # in the critic heads while training; always off when scoring
+    critic_hidden: int = 256
+    text_encoder_path: str | None = None  # a RoBERTa folder; None: a tiny encoder built from config
+    text_hidden: int = 64
+    max_text_tokens: int = 128
+    image_feature_dim: int = 1408  # pooled BLIP-2 ViT-g feature of one screenshot (two are stacked)
+    vision_path: str | None = None
+    image_size: int = 32
+    validation_fraction: float = 0.1
+    representation: DigiQRepresentationConfig = field(default_factory=DigiQRepresentationConfig)
+    candidates: DigiQCandidatesConfig = field(default_factory=DigiQCandidatesConfig)
+
+
+@dataclass
 class LearnerConfig:
-    algorithm: Literal["filtered_bc", "sft", "digirl"] = "filtered_bc"
+    algorithm: Literal["filtered_bc", "sft", "digirl", "digiq"] = "filtered_bc"
     # filtered_bc: `success` keeps successes; `quantile` (DigiRL's baseline) keeps trajectory rewards at or above
     # the `quantile` of rewards, and successes only when few succeed; `shortest` (PAE) keeps, per task, the
     # `shortest_fraction` of its successes with the fewest steps.
@@ -249,6 +301,7 @@ class LearnerConfig:
     off_policy_correction: Literal["auto", "on", "off"] = "auto"
     importance_clip: float = 1.0
     digirl: DigiRLConfig = field(default_factory=DigiRLConfig)
+    digiq: DigiQConfig = field(default_factory=DigiQConfig)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     num_cpus: float = 1.0
 
@@ -498,6 +551,8 @@ def check_training(cfg: Config) -> None:
                 "learner.offline_iterations is for filtered_bc / sft; DigiRL's offline phase is "
                 "learner.digirl.offline_{instruction_critic,step_critic,actor}_iterations"
             )
+    elif learner.algorithm == "digiq":
+        check_digiq(cfg)
     elif training != "online" and learner.offline_iterations < 1:
         raise ConfigError(f"run.training = {training!r} needs learner.offline_iterations >= 1")
     for key in ("quantile", "shortest_fraction"):
@@ -507,6 +562,31 @@ def check_training(cfg: Config) -> None:
         raise ConfigError("learner.batch_size and learner.grad_accumulation must be at least 1")
 
 
+def check_digiq(cfg: Config) -> None:
+    q = cfg.learner.digiq
+    if cfg.run.training != "offline":
+        raise ConfigError("learner.algorithm = 'digiq' learns from a fixed dataset: set run.training = 'offline'")
+    if not q.representation.model:
+        raise ConfigError(
+            "learner.digiq.representation.model: name the VLM folder (or the model id) the dataset's representations "
+            "came from (python -m rlsys.digiq represent)"
+        )
+    if not 0 < q.tau <= 1 or not 0 <= q.gamma <= 1:
+        raise ConfigError(f"learner.digiq.tau must be in (0, 1] and gamma in [0, 1], got {q.tau} and {q.gamma}")
+    if q.best_of_n < 1 or q.candidates.k < 1:
+        raise ConfigError("learner.digiq.best_of_n and learner.digiq.candidates.k must be at least 1")
+    if q.actor_iterations < 1 or (q.critic_iterations < 1 and not q.critic_path):
+        raise ConfigError(
+            "learner.digiq needs actor_iterations >= 1 and critic_iterations >= 1 (or critic_path, a finished critic)"
+        )
+
+
+def digiq_critic_iterations(cfg: Config) -> int:
+    """Iterations of Digi-Q's critic phase: none when a finished critic is reused."""
+    q = cfg.learner.digiq
+    return 0 if q.critic_path else q.critic_iterations
+
+
 def offline_phase_length(cfg: Config) -> int:
     """Iterations of the offline phase (0 when training online)."""
     if cfg.run.training == "online":
@@ -514,6 +594,8 @@ def offline_phase_length(cfg: Config) -> int:
     if cfg.learner.algorithm == "digirl":
         d = cfg.learner.digirl
         return d.offline_instruction_critic_iterations + d.offline_step_critic_iterations + d.offline_actor_iterations
+    if cfg.learner.algorithm == "digiq":
+        return digiq_critic_iterations(cfg) + cfg.learner.digiq.actor_iterations
     return cfg.learner.offline_iterations
 
 
@@ -523,11 +605,13 @@ def total_iterations(cfg: Config) -> int:
 
 PATH_KEYS = ("policy.path", "policy.vision_path", "evaluator.judge.exemplars")
 DIGIRL_PATH_KEYS = ("learner.digirl.text_encoder_path", "learner.digirl.vision_path")
+DIGIQ_PATH_KEYS = ("learner.digiq.text_encoder_path", "learner.digiq.vision_path", "learner.digiq.critic_path")
 
 
 def check_paths(cfg: Config, offline_data: bool = True) -> None:
     """Every file or folder the config names must exist; the error names the key (run before Ray starts)."""
     keys = PATH_KEYS + (DIGIRL_PATH_KEYS if cfg.learner.algorithm == "digirl" else ())
+    keys += DIGIQ_PATH_KEYS if cfg.learner.algorithm == "digiq" else ()
     keys += ("proposer.examples",) if cfg.proposer.every else ()
     named = [(key, _get(cfg, key)) for key in keys]
     if offline_data and cfg.run.training != "online":

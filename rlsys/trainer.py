@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import time
 from collections import Counter
 from pathlib import Path
@@ -23,7 +24,7 @@ import numpy as np
 import ray
 
 from rlsys import checkpoint
-from rlsys.config import Config, offline_phase_length, redacted_dict, to_dict, total_iterations
+from rlsys.config import Config, digiq_critic_iterations, offline_phase_length, redacted_dict, to_dict, total_iterations
 from rlsys.metrics import MetricsLogger, judge_costs, read_metrics, summarize_eval
 from rlsys.storage import ShardWriter, read_trajectories
 from rlsys.tasks import TaskSource, eval_groups, eval_tasks, task_group
@@ -86,6 +87,8 @@ class Trainer:
         needs_runners = cfg.run.training != "offline" or bool(cfg.run.eval_every)
         self.pool = RunnerPool(cfg, self.weight_store, seed=cfg.run.seed) if needs_runners else None
         self.offline_iterations = offline_phase_length(cfg)
+        # Digi-Q's critic phase ends here; its critic and scores are written as a stage of their own
+        self.critic_stage_end = digiq_critic_iterations(cfg) if cfg.learner.algorithm == "digiq" else 0
         self.total_iterations = total_iterations(cfg)
         if resume and checkpoint.latest(self.run_dir) is not None:
             self._restore()
@@ -231,6 +234,8 @@ class Trainer:
                     if metrics is None:
                         continue
                 self.iteration += 1
+                if self.iteration == self.critic_stage_end:
+                    self.write_critic_stage()
                 record = self._iteration_record(metrics, started)
                 if self._proposal_due():
                     record.update(self._propose_tasks())
@@ -295,6 +300,29 @@ class Trainer:
             )
 
         return checkpoint.write(self.run_dir, self.iteration, fill, self.cfg.run.keep_checkpoints)
+
+    def write_critic_stage(self) -> Path:
+        """`critic/` (what `learner.digiq.critic_path` reuses) and `trajectories/scored/`: the offline data with
+        Q, V and the advantage of every candidate in each step's `info["digiq"]`."""
+        stage = ray.get(self.learner.critic_stage.remote(), timeout=3600)
+        folder = self.run_dir / "critic"
+        tmp = self.run_dir / ".critic-tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        checkpoint.write_files(tmp, stage["files"])
+        shutil.rmtree(folder, ignore_errors=True)
+        os.rename(tmp, folder)
+        scored_dir = self.run_dir / "trajectories" / "scored"
+        shutil.rmtree(scored_dir, ignore_errors=True)
+        writer, scores = ShardWriter(scored_dir), stage["scores"]
+        for path in self.cfg.offline.data:
+            chunk = [t for t in read_trajectories(path) if t.id in scores]
+            for t in chunk:
+                for step, step_scores in zip(t.steps, scores[t.id]):
+                    step.info["digiq"] = step.info.get("digiq", {}) | step_scores
+            writer.write(chunk)
+        print(f"critic stage: {folder}; scores of {len(scores)} trajectories in {scored_dir}", flush=True)
+        return folder
 
     def _load_offline_data(self) -> None:
         trajectories = [t for path in self.cfg.offline.data for t in read_trajectories(path)]

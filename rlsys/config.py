@@ -616,6 +616,12 @@ def check_paths(cfg: Config, offline_data: bool = True) -> None:
     named = [(key, _get(cfg, key)) for key in keys]
     if offline_data and cfg.run.training != "online":
         named += [(f"offline.data[{i}]", p) for i, p in enumerate(cfg.offline.data)]
+    model = cfg.learner.digiq.representation.model
+    if cfg.learner.algorithm == "digiq" and model and "@" not in model and not Path(model).is_dir():
+        raise ConfigError(
+            f"learner.digiq.representation.model: {model} is neither a model folder nor a model id "
+            "(name@hash, as `python -m rlsys.digiq represent` prints it)"
+        )
     for key, value in named:
         if value and not Path(value).exists():
             raise ConfigError(f"{key}: {value} does not exist (set it to a local path, e.g. {key}=/path/to/it)")

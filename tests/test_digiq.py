@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from learners.digiq import DigiQ, step_refs
-from rlsys.config import ConfigError, load_config, offline_phase_length
+from rlsys.config import ConfigError, check_paths, load_config, offline_phase_length
 from rlsys.policies import build_policy
 from rlsys.representations import Z_KEY, RepresentationMismatch
 from tests.digiq_data import ACTIONS, GOOD, synthetic_dataset, with_candidates
@@ -223,6 +223,9 @@ def test_schedule_and_config_checks(tmp_path):
     assert [algo.stage(i) for i in range(5)] == ["critic"] * 3 + ["actor"] * 2
     with pytest.raises(ConfigError, match="learner.digiq.representation.model"):
         config(tmp_path, representation={"model": None})
+    with pytest.raises(ConfigError, match="neither a model folder nor a model id"):
+        check_paths(config(tmp_path, representation={"model": str(tmp_path / "not-there")}), offline_data=False)
+    check_paths(config(tmp_path), offline_data=False)  # an id string is accepted as it is
     with pytest.raises(ConfigError, match="critic_iterations >= 1"):
         config(tmp_path, critic_iterations=0)
     with pytest.raises(ConfigError, match="run.training = 'offline'"):

@@ -32,36 +32,19 @@ from rlsys.candidates import action_validator, sample_candidates  # noqa: E402
 from rlsys.config import PolicyConfig, load_config  # noqa: E402
 from rlsys.policies import build_policy  # noqa: E402
 from rlsys.representations import RepresentationProvider, annotate  # noqa: E402
-from tests.digiq_data import GOOD, P_SUCCESS, synthetic_dataset  # noqa: E402
+from tests.digiq_data import GOOD, P_SUCCESS, synthetic_dataset, tiny_learner  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "digiq_synthetic.json"
 
 
 def config(vlm: Path, args) -> object:
+    learner = tiny_learner(vlm, args.k)
+    learner["digiq"] |= {"critic_steps": args.critic_steps, "actor_steps": args.actor_steps}
     data = {
         "run": {"training": "offline"},
         "offline": {"data": ["prepared in memory"]},
         "policy": {"d_model": 32, "d_ff": 64, "num_heads": 2, "temperature": 1.2},
-        "learner": {
-            "algorithm": "digiq",
-            "lr": 3e-3,
-            "batch_size": 16,
-            "digiq": {
-                "text_hidden": 16,
-                "max_text_tokens": 48,
-                "image_feature_dim": 8,
-                "image_size": 16,
-                "critic_hidden": 32,
-                "critic_lr": 1e-3,
-                "critic_steps": args.critic_steps,
-                "critic_iterations": 2,
-                "actor_steps": args.actor_steps,
-                "actor_iterations": 2,
-                "best_of_n": args.k,
-                "advantage_threshold": 0.1,
-                "representation": {"model": str(vlm)},
-            },
-        },
+        "learner": learner,
     }
     return load_config(None, data=data)
 

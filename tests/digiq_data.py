@@ -66,3 +66,29 @@ def with_candidates(trajectories: list[Trajectory], k: int, seed: int = 0) -> li
         for step in t.steps:
             step.info["digiq"] = {"candidates": [step.action_text] + [rng.choice(ACTIONS) for _ in range(k - 1)]}
     return trajectories
+
+
+def tiny_learner(vlm_folder, k: int) -> dict:
+    """`learner` settings small enough for a CPU, with which the critic separates the better action."""
+    return {
+        "algorithm": "digiq",
+        "lr": 3e-3,
+        "batch_size": 16,
+        "digiq": {
+            "text_hidden": 16,
+            "max_text_tokens": 48,
+            "image_feature_dim": 8,
+            "image_size": 16,
+            "critic_hidden": 32,
+            "critic_lr": 1e-3,
+            "critic_steps": 300,
+            "critic_iterations": 2,
+            "actor_steps": 40,
+            "actor_iterations": 2,
+            "best_of_n": k,
+            "advantage_threshold": 0.1,
+            "validation_fraction": 0.1,
+            "representation": {"model": str(vlm_folder), "batch_size": 32},
+            "candidates": {"k": k, "temperature": 1.2, "max_redraws": 2, "batch_size": 64},
+        },
+    }

@@ -17,43 +17,29 @@ from rlsys.policies import build_policy
 from rlsys.representations import Z_KEY
 from rlsys.storage import ShardWriter, read_trajectories
 from rlsys.trainer import Trainer
-from tests.digiq_data import ACTIONS, GOOD, P_SUCCESS, synthetic_dataset
+from tests.digiq_data import ACTIONS, GOOD, P_SUCCESS, synthetic_dataset, tiny_learner
 
 K = 5
 
 
-def experiment(tmp, vlm_folder, **learner) -> dict:
+def experiment(tmp, vlm_folder) -> dict:
     return {
         "run": {"name": "digiq", "training": "offline", "output_dir": str(tmp / "run"), "eval_every": 0},
         "ray": {"dashboard": False},
         "policy": {"d_model": 32, "d_ff": 64, "num_heads": 2},
         "offline": {"data": [str(tmp / "ready")]},
-        "learner": {
-            "algorithm": "digiq",
-            "lr": 3e-3,
-            "batch_size": 16,
-            "num_cpus": 0.25,
-            "digiq": {
-                "text_hidden": 16,
-                "max_text_tokens": 48,
-                "image_feature_dim": 8,
-                "image_size": 16,
-                "critic_hidden": 32,
-                "critic_lr": 1e-3,
-                "critic_steps": 300,
-                "critic_iterations": 2,
-                "actor_steps": 40,
-                "actor_iterations": 2,
-                "best_of_n": K,
-                "advantage_threshold": 0.1,
-                "validation_fraction": 0.1,
-                "representation": {"model": str(vlm_folder), "batch_size": 32},
-                "candidates": {"k": K, "temperature": 1.2, "max_redraws": 2, "batch_size": 64},
-            },
-        }
-        | learner,
+        "learner": tiny_learner(vlm_folder, K) | {"num_cpus": 0.25},
         "metrics": {"progress": False},
     }
+
+
+def train(cfg) -> list[dict]:
+    trainer = Trainer(cfg, cfg.output_dir)
+    try:
+        trainer.run()
+    finally:
+        trainer.shutdown()
+    return read_metrics(cfg.output_dir)
 
 
 @pytest.fixture(scope="module")
@@ -90,12 +76,7 @@ def test_preparation_stores_candidates_and_representations(prepared):
 def test_two_phase_run_extracts_a_policy_that_prefers_the_better_action(prepared, ray_session):
     tmp, config_file, raw = prepared
     cfg = load_config(config_file)
-    trainer = Trainer(cfg, cfg.output_dir)
-    try:
-        trainer.run()
-    finally:
-        trainer.shutdown()
-    records = read_metrics(cfg.output_dir)
+    records = train(cfg)
     assert [r["digiq/stage"] for r in records] == ["critic", "critic", "actor", "actor"]
     assert [r["policy_version"] for r in records] == [0, 0, 1, 2]  # only the actor phase publishes
     assert records[1]["critic/updates"] == 300 and records[3]["actor/updates"] == 40
@@ -135,12 +116,7 @@ def test_reusing_the_critic_stage_skips_the_critic_phase(prepared, ray_session, 
             "learner.digiq.actor_iterations=1",
         ],
     )
-    trainer = Trainer(cfg, cfg.output_dir)
-    try:
-        trainer.run()
-    finally:
-        trainer.shutdown()
-    records = read_metrics(cfg.output_dir)
+    records = train(cfg)
     assert [r["digiq/stage"] for r in records] == ["actor"] and records[0]["actor/updates"] == 40
 
 

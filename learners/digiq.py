@@ -30,7 +30,7 @@ from learners.critics import TextEncoder
 from learners.digiq_critic import CachedTextEncoder, DigiQCritic, aggregate
 from learners.digirl import is_validation
 from learners.optim import ModuleOptimizer, train_steps
-from rlsys.config import LearnerConfig
+from rlsys.config import LearnerConfig, digiq_critic_iterations
 from rlsys.image_features import PooledImageFeatures
 from rlsys.representations import Z_KEY, RepresentationMismatch, check_representations, expected_model_id
 from rlsys.types import Trajectory
@@ -93,7 +93,7 @@ class DigiQ:
 
     @property
     def critic_iterations(self) -> int:
-        return 0 if self.d.critic_path else self.d.critic_iterations
+        return digiq_critic_iterations(self.d)
 
     def stage(self, offline_iteration: int | None) -> str:
         if offline_iteration is None:

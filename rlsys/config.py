@@ -581,9 +581,8 @@ def check_digiq(cfg: Config) -> None:
         )
 
 
-def digiq_critic_iterations(cfg: Config) -> int:
+def digiq_critic_iterations(q: DigiQConfig) -> int:
     """Iterations of Digi-Q's critic phase: none when a finished critic is reused."""
-    q = cfg.learner.digiq
     return 0 if q.critic_path else q.critic_iterations
 
 
@@ -595,7 +594,7 @@ def offline_phase_length(cfg: Config) -> int:
         d = cfg.learner.digirl
         return d.offline_instruction_critic_iterations + d.offline_step_critic_iterations + d.offline_actor_iterations
     if cfg.learner.algorithm == "digiq":
-        return digiq_critic_iterations(cfg) + cfg.learner.digiq.actor_iterations
+        return digiq_critic_iterations(cfg.learner.digiq) + cfg.learner.digiq.actor_iterations
     return cfg.learner.offline_iterations
 
 

@@ -88,7 +88,7 @@ class Trainer:
         self.pool = RunnerPool(cfg, self.weight_store, seed=cfg.run.seed) if needs_runners else None
         self.offline_iterations = offline_phase_length(cfg)
         # Digi-Q's critic phase ends here; its critic and scores are written as a stage of their own
-        self.critic_stage_end = digiq_critic_iterations(cfg) if cfg.learner.algorithm == "digiq" else 0
+        self.critic_stage_end = digiq_critic_iterations(cfg.learner.digiq) if cfg.learner.algorithm == "digiq" else 0
         self.total_iterations = total_iterations(cfg)
         if resume and checkpoint.latest(self.run_dir) is not None:
             self._restore()

@@ -11,7 +11,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-from learners.losses import clamp_probs, importance_weights, sequence_weighted_nll, token_mean_nll
+from learners.losses import LossSum, clamp_probs, importance_weights, sequence_nll, token_nll
 from learners.optim import ModuleOptimizer, train_steps
 from learners.selection import imitable_steps
 from rlsys.config import LearnerConfig
@@ -55,6 +55,9 @@ class ActorUpdate:
         self._stats: list[tuple[float, int, int]] = []
 
     def loss(self, batch: list[ActorSample]) -> torch.Tensor:
+        return self.loss_sum(batch).mean()
+
+    def loss_sum(self, batch: list[ActorSample]) -> LossSum:
         token_logp, mask = self.policy.token_logprobs([s.observation for s in batch], [s.action for s in batch])
         weights = torch.tensor([s.weight for s in batch], device=token_logp.device, dtype=torch.float32)
         if self.correct_off_policy:
@@ -66,8 +69,8 @@ class ActorUpdate:
         if self.cfg.prob_clamp:
             token_logp = clamp_probs(token_logp, mask)
         if self.reduction == "token_mean":
-            return token_mean_nll(token_logp, mask, weights)
-        return sequence_weighted_nll(token_logp, weights)
+            return token_nll(token_logp, mask, weights)
+        return sequence_nll(token_logp, weights)
 
     def run(self, items: list, steps: int, choose: Callable[[list], list[ActorSample]] | None = None) -> dict:
         """`steps` updates on micro-batches drawn from `items`: ActorSamples, or anything `choose` turns into
@@ -75,12 +78,7 @@ class ActorUpdate:
         contributes no gradient."""
         self.policy.train()
         self._stats = []
-
-        def loss(batch: list) -> torch.Tensor:
-            samples = choose(batch) if choose else batch
-            return self.loss(samples) if samples else torch.zeros((), requires_grad=True)
-
-        metrics = train_steps(self.optimizer, items, loss, steps, self.cfg, self.rng)
+        metrics = train_steps(self.optimizer, items, self.loss_sum, steps, self.cfg, self.rng, select=choose)
         if self._stats:
             metrics["actor/importance_weight"] = float(np.mean([m for m, _, _ in self._stats]))
             metrics["actor/importance_clipped"] = sum(c for _, c, _ in self._stats)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -28,14 +29,34 @@ def importance_weights(
     return torch.where(known, ratio, torch.ones_like(ratio)), int((~known).sum())
 
 
+@dataclass
+class LossSum:
+    """A loss as the sum it averages and what it averages over (items, or real tokens). A learner group
+    divides each process's sum by the count over all processes, so N shards give the whole batch's mean."""
+
+    total: torch.Tensor | None
+    count: float
+
+    def mean(self) -> torch.Tensor:
+        return self.total / max(self.count, 1)
+
+
+def token_nll(token_logp: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor) -> LossSum:
+    """Filtered BC / SFT: -sum_i w_i sum_t log pi, over the number of real tokens."""
+    return LossSum(-(weights[:, None] * token_logp).sum(), float(mask.sum()))
+
+
+def sequence_nll(token_logp: torch.Tensor, weights: torch.Tensor) -> LossSum:
+    """DigiRL's actor: -sum_batch(A_i * sum_t log pi), over the batch size."""
+    return LossSum(-(weights * token_logp.sum(-1)).sum(), float(len(weights)))
+
+
 def token_mean_nll(token_logp: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """Filtered BC / SFT: -sum_i w_i sum_t log pi / number of real tokens."""
-    return -(weights[:, None] * token_logp).sum() / mask.sum().clamp(min=1)
+    return token_nll(token_logp, mask, weights).mean()
 
 
 def sequence_weighted_nll(token_logp: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """DigiRL's actor: -mean_batch(A_i * sum_t log pi)."""
-    return -(weights * token_logp.sum(-1)).mean()
+    return sequence_nll(token_logp, weights).mean()
 
 
 def two_class_ce(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

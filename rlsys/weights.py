@@ -3,11 +3,109 @@
 The store puts each published state dict into the Ray object store itself, so it owns the
 object; runners fetch it by reference (shared memory on the same node, one transfer per node
 otherwise) and only when their version is older.
+
+Zero-copy transport: a torch tensor pickled through Ray is serialised in-band (torch writes its
+storage to bytes) and every reader deserialises its own private copy. Numpy arrays instead
+travel as out-of-band buffers, and a reader on the same node gets an array that points straight
+into the object store's shared memory. So `publish` stores every tensor as a numpy array (dtypes
+numpy lacks, such as bfloat16, as a same-width integer view, with the torch dtype recorded), and
+unpickling that object rebuilds the dict of torch tensors with `torch.from_numpy(...).view(dtype)`,
+without copying. Whoever fetches the object (`pull_if_newer`, or `ray.get`/`await` on the ref
+from `get_if_newer`, as the inference server does) gets a dict of torch tensors.
+
+The publisher should pass `pack_state_dict(state)` rather than the torch state dict itself: the
+packed form travels to the store actor the same zero-copy way (a 1 GB state dict as torch
+tensors costs seconds of pickling in the call; see benchmarks/weight_publish.py). The store
+accepts either.
+
+Those tensors are read-only views of memory that every reader on the node shares: load them
+with `load_state_dict` (which copies into the module's own parameters) or clone them, and never
+modify them in place. Torch has no read-only tensors, so a write would not raise: it would
+silently change the weights every other reader sees. Holding on to them keeps that version
+pinned in the object store.
 """
 
 from __future__ import annotations
 
+import warnings
+from typing import TYPE_CHECKING
+
+import numpy as np
 import ray
+
+if TYPE_CHECKING:
+    import torch
+
+# torch is imported where tensors are handled, not here: Ray imports this module in every process that
+# holds a WeightStore handle, and a runner whose policy has no weights must not pay for torch
+
+
+class PackedStateDict:
+    """A state dict whose tensors are held as numpy arrays, for the Ray object store.
+
+    Pickled, it carries the arrays (out-of-band buffers under pickle protocol 5, which Ray uses);
+    unpickled, it becomes a plain dict of torch tensors that share the arrays' memory.
+    """
+
+    def __init__(self, entries: list[tuple[str, object, torch.dtype | None]]):
+        self.entries = entries  # (key, numpy array or untouched value, torch dtype or None)
+
+    def __reduce__(self):
+        return _unpack, (self.entries,)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(v.nbytes for _, v, dtype in self.entries if dtype is not None)
+
+
+def pack_state_dict(state_dict: dict) -> PackedStateDict:
+    """Tensors become numpy arrays that share their memory where they can (a CPU, contiguous tensor
+    costs no copy); tensors that are views of the same memory (tied weights) share one array.
+    Values that are not tensors, and tensors numpy cannot hold (sparse, quantized), pass as they are."""
+    import torch
+
+    entries: list[tuple[str, object, torch.dtype | None]] = []
+    seen: dict[tuple, np.ndarray] = {}
+    for key, value in state_dict.items():
+        if not isinstance(value, torch.Tensor) or value.layout != torch.strided or value.is_quantized or value.is_meta:
+            entries.append((key, value, None))
+            continue
+        alias = (value.device, value.untyped_storage().data_ptr(), value.storage_offset(), value.shape)
+        alias += (value.stride(), value.dtype)
+        array = seen.get(alias) if value.untyped_storage().data_ptr() else None
+        if array is None:
+            array = _to_numpy(value.detach())
+            seen[alias] = array
+        entries.append((key, array, value.dtype))
+    return PackedStateDict(entries)
+
+
+def _to_numpy(tensor: torch.Tensor) -> np.ndarray:
+    import torch
+
+    tensor = tensor.cpu().resolve_conj().resolve_neg().contiguous()
+    try:
+        return tensor.numpy()
+    except TypeError:  # bfloat16, float8, complex32, ...: numpy has no such dtype; an integer view of the same width
+        same_width = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[tensor.element_size()]
+        return tensor.view(same_width).numpy()
+
+
+def _unpack(entries: list) -> dict:
+    """Runs where the packed state dict is unpickled: torch tensors over the arrays, no copy."""
+    import torch
+
+    state = {}
+    with warnings.catch_warnings():
+        # arrays read from the object store are read-only; see the module docstring
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        for key, value, dtype in entries:
+            if dtype is None:
+                state[key] = value
+                continue
+            tensor = torch.from_numpy(value)
+            state[key] = tensor if tensor.dtype == dtype else tensor.view(dtype)
+    return state
 
 
 class WeightStore:
@@ -16,9 +114,11 @@ class WeightStore:
         self._ref: ray.ObjectRef | None = None
 
     def publish(self, version: int, state_dict: dict) -> int:
+        """Store `state_dict` (name -> tensor; best sent as `pack_state_dict(state)`, which arrives here
+        as a dict of tensors over shared memory) as version `version`, which must be newer than the last."""
         if version <= self.version:
             raise ValueError(f"weights version {version} is not newer than {self.version}")
-        self._ref = ray.put(state_dict)
+        self._ref = ray.put(state_dict if isinstance(state_dict, PackedStateDict) else pack_state_dict(state_dict))
         self.version = version
         return version
 
@@ -26,14 +126,18 @@ class WeightStore:
         return self.version
 
     def get_if_newer(self, version: int) -> tuple[int, list] | None:
-        """(version, [ref]) when newer weights exist; the ref is wrapped so Ray does not inline it."""
+        """(version, [ref]) when newer weights exist; the ref is wrapped so Ray does not inline it.
+        Fetching the ref gives a dict of read-only torch tensors (see the module docstring)."""
         if self.version > version and self._ref is not None:
             return self.version, [self._ref]
         return None
 
 
 def pull_if_newer(store, current_version: int, timeout_s: float = 60.0) -> tuple[int, dict] | None:
-    """Fetch weights from a WeightStore actor when its version is newer than `current_version`."""
+    """Fetch weights from a WeightStore actor when its version is newer than `current_version`.
+
+    The state dict's tensors are zero-copy, read-only views of the object store's shared memory:
+    pass them to `load_state_dict` (which copies) and do not modify them in place."""
     found = ray.get(store.get_if_newer.remote(current_version), timeout=timeout_s)
     if found is None:
         return None

@@ -27,6 +27,10 @@ def make_env(cfg: Config, env_id: str, fuzzy_judge=None):
         from envs.web.webenv import WebEnv
 
         return WebEnv(cfg.env, env_id, fuzzy_judge)
+    if cfg.env.kind == "sim":
+        from envs.sim import SimEnv
+
+        return SimEnv(cfg.env, env_id)
     if cfg.env.kind == "android":
         from actors.emulators import lease_env
 
@@ -37,21 +41,27 @@ def make_env(cfg: Config, env_id: str, fuzzy_judge=None):
 
 class EnvRunner:
     def __init__(self, runner_id: str, cfg: Config, weight_store, seed: int, policy_server=None, evaluator=None):
-        import torch
-
         from actors.inference_server import ServedPolicy
-        from rlsys.policies import build_policy
+        from rlsys.policies import build_policy, needs_torch
 
-        torch.set_num_threads(1)  # many runners share few cores; inference is tiny
         self.runner_id = runner_id
         self.cfg = cfg
         self.weight_store = weight_store
         # `placement: server`: a shared server acts and keeps its own weights current
         self.served = policy_server is not None
+        # PyTorch only where this process runs a model: a served, hosted or random policy keeps it small
+        self.uses_torch = not self.served and needs_torch(cfg.policy.kind)
+        if self.uses_torch:
+            import torch
+
+            torch.set_num_threads(1)  # many runners share few cores; inference is tiny
         # Built like the learner's (run seed), so a frozen base matches when only adapters are
         # published; this runner's own seed then drives its sampling.
         self.policy = ServedPolicy(policy_server) if self.served else build_policy(cfg.policy, seed=cfg.run.seed)
-        torch.manual_seed(seed)
+        if self.uses_torch:
+            torch.manual_seed(seed)
+        elif hasattr(self.policy, "manual_seed"):  # a policy that samples without torch has its own generator
+            self.policy.manual_seed(seed)
         self.policy.version = -1  # nothing pulled yet
         self.referee = Referee(cfg.evaluator, evaluator)
         self.env = None
@@ -84,7 +94,7 @@ class EnvRunner:
             return self.policy.version
         deadline = time.monotonic() + wait_s
         while True:
-            found = pull_if_newer(self.weight_store, self.policy.version)
+            found = self._pull_if_newer()
             if found is not None:
                 version, state = found
                 self.policy.load_state_dict(state, version)
@@ -93,6 +103,14 @@ class EnvRunner:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"no weights were published within {wait_s}s")
             time.sleep(0.2)
+
+    def _pull_if_newer(self, timeout_s: float = 60.0) -> tuple[int, dict] | None:
+        """The newest published (version, state dict), if newer than ours. A policy without weights (random,
+        hosted) takes the version alone: the state is never fetched, so this process never loads torch."""
+        if self.uses_torch:
+            return pull_if_newer(self.weight_store, self.policy.version, timeout_s)
+        found = ray.get(self.weight_store.get_if_newer.remote(self.policy.version), timeout=timeout_s)
+        return None if found is None else (found[0], {})
 
     def run_episode(self, task: Task, explore: bool = True) -> Trajectory:
         self.sync_weights()
@@ -160,6 +178,8 @@ class EnvRunner:
     def status(self) -> dict:
         return {
             "runner_id": self.runner_id,
+            "node": ray.util.get_node_ip_address(),
+            "node_id": ray.get_runtime_context().get_node_id(),
             "pid": os.getpid(),
             "policy_version": self.policy.version,
             "episode_steps": self.episode_steps,

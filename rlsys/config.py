@@ -92,8 +92,26 @@ class AndroidConfig:
 
 
 @dataclass
+class SimConfig:
+    """`env.kind: sim` (envs/sim.py): an env that only sleeps, imitating a phone's or browser's latency.
+
+    Latencies are lognormal: `median_s * exp(sigma * N(0, 1))` (sigma 0: always the median; 1: p99 about
+    10x the median). A step that hangs, or draws a latency beyond `env.step_timeout_s`, waits
+    `env.step_timeout_s` and raises EnvBrokenError, like a WebDriver or adb call that timed out."""
+
+    reset_median_s: float = 0.2
+    reset_sigma: float = 0.5
+    step_median_s: float = 0.1
+    step_sigma: float = 0.5
+    hang_prob: float = 0.0  # per step
+    success_prob: float = 0.1  # per step with a valid action: ends the episode, reward 1
+    num_elements: int = 5  # numbered elements in each observation's ui_text
+    seed: int = 0  # with the env's id, seeds every draw: same seed and id, same latencies and outcomes
+
+
+@dataclass
 class EnvConfig:
-    kind: Literal["miniwob", "web", "android"] = "miniwob"
+    kind: Literal["miniwob", "web", "android", "sim"] = "miniwob"
     action_space: Literal["element", "pae", "coords", "autoui", "cogagent"] = "element"
     max_steps: int = 5
     viewport: list[int] = field(default_factory=lambda: [1024, 768])  # exact pixels of the page area
@@ -121,6 +139,7 @@ class EnvConfig:
     episode_time_limit_s: float = 60.0  # MiniWoB's in-page timer
     max_tabs: int = 8  # task pages kept open per browser
     android: AndroidConfig = field(default_factory=AndroidConfig)
+    sim: SimConfig = field(default_factory=SimConfig)
 
 
 @dataclass
@@ -171,7 +190,7 @@ class ServerConfig:
 
 @dataclass
 class PolicyConfig:
-    kind: Literal["tiny_t5", "autoui", "vlm", "api"] = "tiny_t5"
+    kind: Literal["tiny_t5", "autoui", "vlm", "api", "random"] = "tiny_t5"
     path: str | None = None  # a save_pretrained folder to start from; None: a fresh model built from config
     arch: Literal["llava", "qwen2_vl"] = "llava"  # vlm built from config (tiny preset) when path is None
     # sizes of models built from config
@@ -491,7 +510,12 @@ def check_consistency(cfg: Config) -> None:
             f"got {cfg.env.action_space!r}"
         )
     if cfg.runners.resource == "auto":
-        cfg.runners.resource = "android" if cfg.env.kind == "android" else "browser"
+        cfg.runners.resource = {"android": "android", "sim": "sim"}.get(cfg.env.kind, "browser")
+    if cfg.policy.kind == "random" and cfg.env.action_space != "element":
+        raise ConfigError(
+            f"policy.kind = 'random' clicks one of the observation's numbered elements (`click [k]`); "
+            f"set env.action_space = 'element' (got {cfg.env.action_space!r})"
+        )
     if cfg.policy.kind == "tiny_t5" and cfg.env.action_space != "element":
         raise ConfigError(
             f"policy.kind = 'tiny_t5' decodes with the element grammar; set env.action_space = 'element' "

@@ -27,7 +27,20 @@ def policy_class(kind: str):
         from rlsys.policies.api_agent import ApiAgentPolicy
 
         return ApiAgentPolicy
+    if kind == "random":
+        from rlsys.policies.random_agent import RandomPolicy
+
+        return RandomPolicy
     raise ValueError(f"unknown policy.kind {kind!r}")
+
+
+# Policies without PyTorch or weights: a runner holding one never imports torch (a small process) and takes
+# only the version of what a learner publishes, never the state dict.
+TORCH_FREE_KINDS = frozenset({"api", "random"})
+
+
+def needs_torch(kind: str) -> bool:
+    return kind not in TORCH_FREE_KINDS
 
 
 def build_policy(cfg: PolicyConfig, seed: int = 0, device: str = "cpu"):

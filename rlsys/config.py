@@ -61,6 +61,11 @@ class RunnersConfig:
     num_cpus: float = 0.5
     resource: str = "auto"  # custom Ray resource each runner asks one unit of; auto: android or browser by env.kind
     max_restarts: int = 20  # runner re-creations allowed over a run before it fails
+    restart_backoff_s: float = 1.0  # a slot that keeps failing waits 1, 2, 4 ... s before its next runner
+    restart_backoff_max_s: float = 60.0
+    health_interval_s: float = 30.0  # every runner is asked status() this often...
+    health_timeout_s: float = 60.0  # ...and replaced when it does not answer within this (0: no probes)
+    start_warning_s: float = 120.0  # a runner still unplaced after this is reported (no free resource)
 
 
 @dataclass

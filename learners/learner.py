@@ -4,7 +4,9 @@ wherever the run folder is, whichever node the learner runs on."""
 
 from __future__ import annotations
 
+import hashlib
 import io
+import os
 import tempfile
 import time
 from dataclasses import replace
@@ -13,9 +15,12 @@ from pathlib import Path
 import ray
 import torch
 
+from learners import distributed
 from rlsys import checkpoint
 from rlsys.config import Config
 from rlsys.policies import build_policy
+from rlsys.types import Trajectory
+from rlsys.weights import pack_state_dict
 
 
 def pick_device(requested: str) -> str:
@@ -45,10 +50,14 @@ def build_algorithm(cfg: Config, policy, device: str):
 
 
 class Learner:
-    def __init__(self, cfg: Config, buffer, weight_store):
+    """One process of a learner group (`rank` of `world_size`; a single learner is rank 0 of 1). Every rank
+    builds the same model from the same seed and trains on its shard of each batch; rank 0 publishes."""
+
+    def __init__(self, cfg: Config, buffer, weight_store, rank: int = 0, world_size: int = 1):
         self.cfg = cfg
         self.buffer = buffer
         self.weight_store = weight_store
+        self.rank, self.world_size = rank, world_size
         self.device = pick_device(cfg.learner.device)
         torch.manual_seed(cfg.run.seed)
         self.policy = build_policy(cfg.policy, seed=cfg.run.seed, device=self.device)
@@ -58,19 +67,49 @@ class Learner:
     def device_name(self) -> str:
         return self.device
 
+    def describe(self) -> dict:
+        """Where this learner runs and what it holds: for logs, the dashboard and checks."""
+        rank, size = distributed.rank_and_size()
+        return {
+            "rank": rank,
+            "world_size": size,
+            "device": self.device,
+            "node": ray.util.get_node_ip_address(),
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "pid": os.getpid(),
+            "version": self.version,
+            "weights_sha256": self.weights_digest(),
+        }
+
+    def weights_digest(self) -> str:
+        """A hash of every parameter's bytes: the ranks of a group must agree on it."""
+        digest = hashlib.sha256()
+        for name, tensor in sorted(self.policy.state_dict().items()):
+            digest.update(name.encode())
+            digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+        return digest.hexdigest()
+
+    def rendezvous(self) -> tuple[str, int]:
+        """Rank 0: where the group meets."""
+        return distributed.free_address()
+
+    def join_group(self, address: str, port: int) -> int:
+        backend = "nccl" if self.device.startswith("cuda") else "gloo"
+        distributed.join(address, port, self.rank, self.world_size, backend, self.cfg.learner.group_timeout_s)
+        return self.rank
+
     def publish(self) -> int:
-        ray.get(self.weight_store.publish.remote(self.version, self.policy.state_dict()), timeout=120)
+        if self.rank != 0:
+            return self.version
+        packed = pack_state_dict(self.policy.state_dict())  # travels zero-copy (rlsys/weights.py)
+        ray.get(self.weight_store.publish.remote(self.version, packed), timeout=120)
         return self.version
 
-    def update(self, min_version: int | None = None, offline_iteration: int | None = None) -> dict:
-        """One learner iteration: sample, train, and publish the next version when the policy changed
-        (a critic-only iteration keeps the version). `offline_iteration`: the iteration's index within
-        the offline phase (None online)."""
-        t0 = time.perf_counter()
+    def update(self, trajectories: list[Trajectory], offline_iteration: int | None = None) -> dict:
+        """One learner iteration on the trajectories sampled for it (every rank gets the same), publishing
+        the next version when the policy changed (a critic-only iteration keeps the version).
+        `offline_iteration`: the iteration's index within the offline phase (None online)."""
         trained_from = self.version
-        trajectories = ray.get(
-            self.buffer.sample.remote(self.cfg.learner.sample_trajectories, min_version), timeout=300
-        )
         t1 = time.perf_counter()
         metrics = self.algorithm.update(trajectories, offline_iteration)
         t2 = time.perf_counter()
@@ -80,7 +119,6 @@ class Learner:
             self.publish()
         return metrics | {
             "learner/sampled_trajectories": len(trajectories),
-            "time/sample_s": t1 - t0,
             "time/train_s": t2 - t1,
             "time/publish_s": time.perf_counter() - t2,
             "policy_version": self.version,
@@ -95,6 +133,7 @@ class Learner:
     # -- checkpoints
 
     def save(self) -> dict[str, bytes]:
+        """Rank 0's job: Hugging Face writes weights from the main process of a group only."""
         with tempfile.TemporaryDirectory() as tmp:
             self.policy.save_pretrained(Path(tmp) / "policy")
             files = checkpoint.read_files(Path(tmp) / "policy", "policy")

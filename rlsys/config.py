@@ -328,6 +328,9 @@ class LearnerConfig:
     digiq: DigiQConfig = field(default_factory=DigiQConfig)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     num_cpus: float = 1.0
+    num_learners: int = 1  # a data-parallel group: one process (and one GPU, when there are GPUs) each
+    resource: str | None = None  # a custom Ray resource each learner asks one unit of (clusters/: "learner")
+    group_timeout_s: float = 600.0  # how long a collective waits for the group's other processes
 
 
 @dataclass
@@ -589,6 +592,13 @@ def check_training(cfg: Config) -> None:
             raise ConfigError(f"learner.{key} must be within [0, 1], got {getattr(learner, key)}")
     if learner.batch_size < 1 or learner.grad_accumulation < 1:
         raise ConfigError("learner.batch_size and learner.grad_accumulation must be at least 1")
+    if learner.num_learners < 1:
+        raise ConfigError(f"learner.num_learners must be at least 1, got {learner.num_learners}")
+    if learner.num_learners > learner.batch_size:
+        raise ConfigError(
+            f"learner.num_learners ({learner.num_learners}) exceeds learner.batch_size ({learner.batch_size}): "
+            "some learners would train on nothing"
+        )
 
 
 def check_digiq(cfg: Config) -> None:

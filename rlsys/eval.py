@@ -62,11 +62,11 @@ def main(argv=None) -> int:
     from rlsys.policies import build_policy
     from rlsys.tasks import eval_groups, eval_tasks
     from rlsys.trainer import init_ray
-    from rlsys.weights import WeightStore
+    from rlsys.weights import WeightStore, pack_state_dict
 
     started_ray, _ = init_ray(cfg)
     store = ray.remote(WeightStore).options(num_cpus=0).remote()
-    ray.get(store.publish.remote(0, build_policy(cfg.policy).state_dict()))
+    ray.get(store.publish.remote(0, pack_state_dict(build_policy(cfg.policy).state_dict())), timeout=600)
     pool = RunnerPool(cfg, store, seed=cfg.run.seed)
     tasks = eval_tasks(cfg.tasks, cfg.run.eval_episodes)
     names = eval_groups(tasks)

@@ -33,8 +33,10 @@ def main(argv=None) -> int:
         check_setup(cfg.evaluator)
         check_local_setup(cfg)
         check_paths(cfg)
-        if cfg.policy.kind == "api":
-            raise ConfigError("policy.kind 'api' has no weights to train; evaluate it with python -m rlsys.eval")
+        if cfg.policy.kind in ("api", "random"):
+            raise ConfigError(
+                f"policy.kind {cfg.policy.kind!r} has no weights to train; evaluate it with python -m rlsys.eval"
+            )
         if args.resume:
             cfg.run.output_dir = args.resume
     except ConfigError as e:
@@ -49,6 +51,7 @@ def main(argv=None) -> int:
 
     import ray
 
+    from learners.group import LearnerFailed
     from rlsys.metrics import eval_table
     from rlsys.trainer import Trainer, init_ray
 
@@ -61,6 +64,9 @@ def main(argv=None) -> int:
         table = eval_table(trainer.run())
         if table:
             print("\n" + table, flush=True)
+    except LearnerFailed as e:
+        print(f"learner failure: {e}", file=sys.stderr, flush=True)
+        return 1
     finally:
         trainer.shutdown()
         if started_ray:

@@ -22,9 +22,11 @@ from pathlib import Path
 
 import numpy as np
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from rlsys import checkpoint
 from rlsys.config import Config, digiq_critic_iterations, offline_phase_length, redacted_dict, to_dict, total_iterations
+from rlsys.dashboard import RunMetrics
 from rlsys.metrics import MetricsLogger, judge_costs, read_metrics, summarize_eval
 from rlsys.storage import ShardWriter, read_trajectories
 from rlsys.tasks import TaskSource, eval_groups, eval_tasks, task_group
@@ -63,7 +65,7 @@ class Trainer:
     def __init__(self, cfg: Config, run_dir: Path, resume: bool = False):
         from actors.pool import RunnerPool
         from actors.replay import ReplayBufferActor
-        from learners.learner import RemoteLearner
+        from learners.group import LearnerGroup
         from rlsys.weights import WeightStore
 
         self.cfg = cfg
@@ -74,14 +76,15 @@ class Trainer:
         self.writer = ShardWriter(self.run_dir / "trajectories")
         self.eval_writer = ShardWriter(self.run_dir / "trajectories" / "eval")
 
-        self.weight_store = ray.remote(WeightStore).options(name="weight-store", num_cpus=0).remote()
-        self.buffer = ReplayBufferActor.options(name="replay-buffer", num_cpus=0).remote(
+        # the buffer and the weights live beside the driver: losing a worker node must not lose either
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        self.weight_store = (
+            ray.remote(WeightStore).options(name="weight-store", num_cpus=0, scheduling_strategy=here).remote()
+        )
+        self.buffer = ReplayBufferActor.options(name="replay-buffer", num_cpus=0, scheduling_strategy=here).remote(
             cfg.replay.capacity, cfg.replay.max_bytes, cfg.run.seed
         )
-        learner_gpus = 1 if cfg.learner.device != "cpu" and ray.cluster_resources().get("GPU", 0) >= 1 else 0
-        self.learner = RemoteLearner.options(
-            name="learner", num_cpus=cfg.learner.num_cpus if not learner_gpus else 1, num_gpus=learner_gpus
-        ).remote(cfg, self.buffer, self.weight_store)
+        self.learners = LearnerGroup(cfg, self.buffer, self.weight_store)
         # runners start (browser, model imports) while the learner builds and publishes weights; an offline
         # run without evaluation needs none
         needs_runners = cfg.run.training != "offline" or bool(cfg.run.eval_every)
@@ -97,12 +100,13 @@ class Trainer:
                 log.warning("no complete checkpoint in %s; starting from scratch", self.run_dir)
             if cfg.run.training != "online":
                 self._load_offline_data()
-        ray.get(self.learner.publish.remote(), timeout=600)
-        self.version = ray.get(self.weight_store.get_version.remote())
+        self.learners.publish()
+        self.version = ray.get(self.weight_store.get_version.remote(), timeout=60)
         self._iteration_trajs: list[Trajectory] = []
-        self._pending_update: ray.ObjectRef | None = None
+        self._pending_update: list[ray.ObjectRef] | None = None
         self._new_since_update = 0
         self._proposer_client = None
+        self.dashboard = RunMetrics(cfg.run.name)
 
     # ------------------------------------------------------------------ collection
 
@@ -118,10 +122,12 @@ class Trainer:
         self.counters["dropped_stale"] += len(train) - len(fresh)
         self.buffer.add.remote(fresh)  # actor calls from one caller run in order
         self._iteration_trajs += train
+        steps = sum(len(t.steps) for t in train)
         self.counters["trajectories"] += len(train)
-        self.counters["env_steps"] += sum(len(t.steps) for t in train)
+        self.counters["env_steps"] += steps
         for t in train:
             self.counters[f"outcome/{t.outcome}"] += 1
+        self.dashboard.trajectories_finished(Counter(t.outcome for t in train), steps)
         self._new_since_update += sum(t.trainable for t in fresh)
 
     def _min_version(self) -> int | None:
@@ -164,12 +170,9 @@ class Trainer:
     # ------------------------------------------------------------------ learning
 
     def _poll_async_update(self) -> dict | None:
-        if self._pending_update is None:
+        if self._pending_update is None or not self.learners.finished(self._pending_update):
             return None
-        ready, _ = ray.wait([self._pending_update], timeout=0)
-        if not ready:
-            return None
-        metrics = ray.get(self._pending_update)
+        metrics = self.learners.get(self._pending_update, "an update", 60)[0]
         self._pending_update = None
         self.version = metrics["policy_version"]
         return metrics
@@ -178,6 +181,7 @@ class Trainer:
         trajs, self._iteration_trajs = self._iteration_trajs, []
         self.writer.write(trajs)
         trainable = [t for t in trajs if t.trainable]
+        elapsed = time.perf_counter() - started
         # how many versions behind the learner's weights the data it trained on was
         current = learner_metrics.get("learner/trained_from_version", self.version)
         record = {
@@ -192,8 +196,10 @@ class Trainer:
             "train/mean_steps": float(np.mean([len(t.steps) for t in trainable])) if trainable else None,
             "train/policy_lag": float(np.mean([current - t.policy_version for t in trainable])) if trainable else None,
             "runners/restarts": self.pool.restarts if self.pool else 0,
+            "runners/alive": self.pool.num_alive if self.pool else 0,
             "dropped_stale": self.counters["dropped_stale"],
-            "time/iteration_s": time.perf_counter() - started,
+            "time/iteration_s": elapsed,
+            "time/env_steps_per_s": sum(len(t.steps) for t in trajs) / elapsed,
         }
         record.update(per_group_success(trainable))
         record.update(judge_costs(trajs, "train"))
@@ -201,6 +207,7 @@ class Trainer:
             record.update(ray.get(self.pool.evaluator.stats.remote(reset=True), timeout=60))
         record.update(learner_metrics)
         record.update({f"replay/{k}": v for k, v in ray.get(self.buffer.stats.remote(), timeout=60).items()})
+        self.dashboard.iteration(record)
         return record
 
     def _after_update(self, record: dict, logger: MetricsLogger) -> None:
@@ -213,44 +220,62 @@ class Trainer:
             self.save_checkpoint()
 
     def run(self) -> list[dict]:
-        cfg = self.cfg.run
+        from learners.group import LearnerFailed
+
         logger = MetricsLogger(
             self.cfg, self.run_dir, redacted_dict(to_dict(self.cfg)), total=self.total_iterations, start=self.iteration
         )
         try:
-            if self.iteration == 0 and cfg.eval_at_start and cfg.eval_every:
-                logger.log({"iteration": 0, "policy_version": self.version, **self.evaluate()}, advance=False)
-            started = time.perf_counter()
-            while self.iteration < self.total_iterations:
-                if self.iteration < self.offline_iterations:
-                    metrics = ray.get(self.learner.update.remote(None, self.iteration), timeout=3600)
-                    self.version = metrics["policy_version"]
-                elif cfg.mode == "sync":
-                    self._collect_sync()
-                    metrics = ray.get(self.learner.update.remote(self._min_version()), timeout=3600)
-                    self.version = metrics["policy_version"]
-                else:
-                    metrics = self._async_step()
-                    if metrics is None:
-                        continue
-                self.iteration += 1
-                if self.iteration == self.critic_stage_end:
-                    self.write_critic_stage()
-                record = self._iteration_record(metrics, started)
-                if self._proposal_due():
-                    record.update(self._propose_tasks())
-                self._after_update(record, logger)
-                started = time.perf_counter()
+            self._loop(logger)
+        except LearnerFailed as e:
+            self.writer.write(self._iteration_trajs)  # what was collected since the last update is kept
+            self._iteration_trajs = []
+            raise LearnerFailed(f"{e}\n{self._resume_hint()}") from e
         finally:
             logger.close()
         return read_metrics(self.run_dir)
+
+    def _resume_hint(self) -> str:
+        found = checkpoint.latest(self.run_dir)
+        if found is None:
+            return f"The run stopped at iteration {self.iteration} with no checkpoint written (run.checkpoint_every)."
+        return (
+            f"The run stopped at iteration {self.iteration}; the newest checkpoint is {found}. "
+            f"Continue with: python -m rlsys.train --resume {self.run_dir}"
+        )
+
+    def _loop(self, logger: MetricsLogger) -> None:
+        cfg = self.cfg.run
+        if self.iteration == 0 and cfg.eval_at_start and cfg.eval_every:
+            logger.log({"iteration": 0, "policy_version": self.version, **self.evaluate()}, advance=False)
+        started = time.perf_counter()
+        while self.iteration < self.total_iterations:
+            if self.iteration < self.offline_iterations:
+                metrics = self.learners.update(None, self.iteration)
+                self.version = metrics["policy_version"]
+            elif cfg.mode == "sync":
+                self._collect_sync()
+                metrics = self.learners.update(self._min_version())
+                self.version = metrics["policy_version"]
+            else:
+                metrics = self._async_step()
+                if metrics is None:
+                    continue
+            self.iteration += 1
+            if self.iteration == self.critic_stage_end:
+                self.write_critic_stage()
+            record = self._iteration_record(metrics, started)
+            if self._proposal_due():
+                record.update(self._propose_tasks())
+            self._after_update(record, logger)
+            started = time.perf_counter()
 
     def _async_step(self) -> dict | None:
         self._fill_runners(explore=True)
         self._handle(self.pool.wait(0.5), None)
         if self._pending_update is None and self._new_since_update >= self.cfg.run.rollout_size:
             self._new_since_update = 0
-            self._pending_update = self.learner.update.remote(self._min_version())
+            self._pending_update = self.learners.start_update(self._min_version())
         return self._poll_async_update()
 
     # ------------------------------------------------------------------ proposed tasks (PAE)
@@ -283,7 +308,7 @@ class Trainer:
     def save_checkpoint(self) -> Path:
         if self._pending_update is not None:
             raise RuntimeError("checkpoint requested while the learner is mid-update")
-        learner_files = ray.get(self.learner.save.remote(), timeout=600)
+        learner_files = self.learners.save()
 
         def fill(folder: Path) -> None:
             checkpoint.write_files(folder, learner_files)
@@ -304,7 +329,7 @@ class Trainer:
     def write_critic_stage(self) -> Path:
         """`critic/` (what `learner.digiq.critic_path` reuses) and `trajectories/scored/`: the offline data with
         Q, V and the advantage of every candidate in each step's `info["digiq"]`."""
-        stage = ray.get(self.learner.critic_stage.remote(), timeout=3600)
+        stage = self.learners.critic_stage()
         folder = self.run_dir / "critic"
         tmp = self.run_dir / ".critic-tmp"
         shutil.rmtree(tmp, ignore_errors=True)
@@ -341,7 +366,7 @@ class Trainer:
         state = checkpoint.read_json(found / "state.json")
         files = checkpoint.read_files(found / "policy", "policy")
         files["learner.pt"] = (found / "learner.pt").read_bytes()
-        ray.get(self.learner.load.remote(files), timeout=600)
+        self.learners.load(files)
         ray.get(self.buffer.load.remote(str(found), state["replay"]), timeout=600)
         self.iteration = state["iteration"]
         self.counters = Counter(state["counters"])
@@ -357,7 +382,8 @@ class Trainer:
     def shutdown(self) -> None:
         if self.pool is not None:
             self.pool.shutdown()
-        for actor in (self.learner, self.buffer, self.weight_store):
+        self.learners.kill()
+        for actor in (self.buffer, self.weight_store):
             ray.kill(actor, no_restart=True)
 
 

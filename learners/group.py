@@ -1,0 +1,115 @@
+"""The learners as the driver sees them: N Learner actors, `learner-0` … `learner-{N-1}`, training one
+model with data parallelism. Each iteration's sample is drawn once from the replay buffer and handed to
+every rank; rank 0 publishes weights and writes checkpoints. A learner that dies or stops answering
+ends the call with LearnerFailed, naming which one and where."""
+
+from __future__ import annotations
+
+import logging
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+
+from learners.learner import RemoteLearner
+from rlsys.config import Config
+from rlsys.failures import headline
+
+log = logging.getLogger(__name__)
+
+
+class LearnerFailed(RuntimeError):
+    """A learner process died or hung; the run cannot go on without it."""
+
+
+class LearnerGroup:
+    def __init__(self, cfg: Config, buffer, weight_store):
+        self.cfg = cfg
+        self.buffer = buffer
+        lc = cfg.learner
+        self.size = lc.num_learners
+        gpus = _gpus_per_learner(cfg)
+        options = {"num_cpus": 1 if gpus else lc.num_cpus, "num_gpus": gpus}
+        if lc.resource:
+            options["resources"] = {lc.resource: 1}
+        self.actors = [
+            RemoteLearner.options(name=f"learner-{rank}", **options).remote(cfg, buffer, weight_store, rank, self.size)
+            for rank in range(self.size)
+        ]
+        if self.size > 1:
+            timeout = lc.group_timeout_s
+            (address, port), *_ = self.get([self.actors[0].rendezvous.remote()], "rendezvous", timeout)
+            self.get(self.call("join_group", address, port), "joining the group", timeout)
+
+    # ------------------------------------------------------------------ calls
+
+    def call(self, method: str, *args) -> list[ray.ObjectRef]:
+        return [getattr(actor, method).remote(*args) for actor in self.actors]
+
+    def get(self, refs: list[ray.ObjectRef], what: str, timeout_s: float) -> list:
+        """Every rank's answer, or LearnerFailed naming the rank that died (its peers then fail too, at their
+        next collective), that raised, or that did not answer in time."""
+        _, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+        if pending:
+            rank = refs.index(pending[0])
+            raise LearnerFailed(f"learner-{rank} did not finish {what} within {timeout_s:g}s")
+        results, errors = [], []
+        for rank, ref in enumerate(refs):
+            try:
+                results.append(ray.get(ref, timeout=60))
+            except (RayActorError, RayTaskError, GetTimeoutError) as e:
+                errors.append((rank, e))
+        dead = [(rank, e) for rank, e in errors if isinstance(e, RayActorError)]
+        if dead:
+            rank, e = dead[0]
+            raise LearnerFailed(f"learner-{rank} died during {what}: {headline(e)}") from e
+        if errors:
+            rank, e = errors[0]
+            raise LearnerFailed(f"learner-{rank} failed during {what}: {e}") from e
+        return results
+
+    def start_update(self, min_version: int | None, offline_iteration: int | None = None) -> list[ray.ObjectRef]:
+        """Launch one iteration on every rank; its trajectories are sampled once, after every add this
+        driver sent before (calls from one caller to one actor run in order)."""
+        sample = self.buffer.sample.remote(self.cfg.learner.sample_trajectories, min_version)
+        return self.call("update", sample, offline_iteration)
+
+    def finished(self, refs: list[ray.ObjectRef]) -> bool:
+        _, pending = ray.wait(refs, num_returns=len(refs), timeout=0)
+        return not pending
+
+    def update(self, min_version: int | None, offline_iteration: int | None = None) -> dict:
+        return self.get(self.start_update(min_version, offline_iteration), "an update", 3600)[0]
+
+    def publish(self) -> int:
+        return self.get([self.actors[0].publish.remote()], "publishing weights", 600)[0]
+
+    def save(self) -> dict[str, bytes]:
+        return self.get([self.actors[0].save.remote()], "saving a checkpoint", 600)[0]
+
+    def load(self, files: dict[str, bytes]) -> int:
+        ref = ray.put(files)  # one copy in the object store, however many ranks read it
+        return self.get(self.call("load", ref), "loading a checkpoint", 600)[0]
+
+    def critic_stage(self) -> dict:
+        return self.get([self.actors[0].critic_stage.remote()], "the critic stage", 3600)[0]
+
+    def kill(self) -> None:
+        for actor in self.actors:
+            ray.kill(actor, no_restart=True)
+
+
+def _gpus_per_learner(cfg: Config) -> int:
+    lc = cfg.learner
+    if lc.device == "cpu":
+        return 0
+    available = ray.cluster_resources().get("GPU", 0)
+    if available >= lc.num_learners:
+        return 1
+    if lc.device == "cuda":
+        raise RuntimeError(
+            f"learner.device is 'cuda' and learner.num_learners is {lc.num_learners}, "
+            f"but the cluster has {available:g} GPUs"
+        )
+    if available:
+        log.warning("%g GPUs for %d learners: the learners run on CPU", available, lc.num_learners)
+    return 0

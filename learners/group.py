@@ -6,6 +6,7 @@ ends the call with LearnerFailed, naming which one and where."""
 from __future__ import annotations
 
 import logging
+import time
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
@@ -46,26 +47,35 @@ class LearnerGroup:
         return [getattr(actor, method).remote(*args) for actor in self.actors]
 
     def get(self, refs: list[ray.ObjectRef], what: str, timeout_s: float) -> list:
-        """Every rank's answer, or LearnerFailed naming the rank that died (its peers then fail too, at their
-        next collective), that raised, or that did not answer in time."""
-        _, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
-        if pending:
-            rank = refs.index(pending[0])
-            raise LearnerFailed(f"learner-{rank} did not finish {what} within {timeout_s:g}s")
-        results, errors = [], []
-        for rank, ref in enumerate(refs):
+        """Every rank's answer, or LearnerFailed naming the rank that died, raised, or did not answer in
+        time; it fails as soon as one rank does, not when its peers give up waiting in a collective."""
+        deadline = time.monotonic() + timeout_s
+        results, pending = {}, list(refs)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+            if not ready:
+                raise LearnerFailed(f"learner-{refs.index(pending[0])} did not finish {what} within {timeout_s:g}s")
             try:
-                results.append(ray.get(ref, timeout=60))
+                results[refs.index(ready[0])] = ray.get(ready[0], timeout=60)
             except (RayActorError, RayTaskError, GetTimeoutError) as e:
-                errors.append((rank, e))
-        dead = [(rank, e) for rank, e in errors if isinstance(e, RayActorError)]
-        if dead:
-            rank, e = dead[0]
-            raise LearnerFailed(f"learner-{rank} died during {what}: {headline(e)}") from e
-        if errors:
-            rank, e = errors[0]
-            raise LearnerFailed(f"learner-{rank} failed during {what}: {e}") from e
-        return results
+                raise self._failure(refs, ready[0], e, pending, what) from e
+        return [results[rank] for rank in range(len(refs))]
+
+    def _failure(self, refs, ref, error, pending, what: str) -> LearnerFailed:
+        """Name the rank that died rather than a peer whose collective broke because of it."""
+        if not isinstance(error, RayActorError) and pending:
+            for other in ray.wait(pending, num_returns=len(pending), timeout=5)[0]:
+                try:
+                    ray.get(other, timeout=5)
+                except RayActorError as dead:
+                    ref, error = other, dead
+                    break
+                except Exception:
+                    pass
+        rank = refs.index(ref)
+        if isinstance(error, RayActorError):
+            return LearnerFailed(f"learner-{rank} died during {what}: {headline(error)}")
+        return LearnerFailed(f"learner-{rank} failed during {what}: {error}")
 
     def start_update(self, min_version: int | None, offline_iteration: int | None = None) -> list[ray.ObjectRef]:
         """Launch one iteration on every rank; its trajectories are sampled once, after every add this

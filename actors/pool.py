@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError
+from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from actors.evaluator_pool import start_pool
 from actors.inference_server import start_servers
@@ -200,6 +200,9 @@ class RunnerPool:
     def _finish(self, ref, ep: _Episode) -> tuple[Trajectory, bool]:
         try:
             trajectory = ray.get(ref, timeout=60)
+        except RayTaskError as e:  # an exception no env or policy handler knew: a fresh runner is safest
+            cause = e.cause if e.cause is not None else e
+            return self._fail(ep, f"runner raised mid-episode: {type(cause).__name__}: {headline(cause)}")
         except (RayActorError, GetTimeoutError) as e:
             return self._fail(ep, f"runner died mid-episode: {type(e).__name__}")
         self._idle.append(ep.slot)

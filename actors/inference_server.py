@@ -17,6 +17,8 @@ import ray
 from rlsys.config import Config
 from rlsys.types import ActionSample
 
+PULL_TIMEOUT_S = 60.0  # a weight store that does not answer fails the batch, not the server forever
+
 
 def server_name(index: int) -> str:
     return f"inference-server-{index}"
@@ -88,10 +90,10 @@ class InferenceServer:
     async def _sync_weights(self) -> None:
         """The newest published weights; before the first publication, wait for it."""
         while True:
-            found = await self.weight_store.get_if_newer.remote(self.policy.version)
+            found = await asyncio.wait_for(self.weight_store.get_if_newer.remote(self.policy.version), PULL_TIMEOUT_S)
             if found is not None:
                 version, (ref,) = found
-                self.policy.load_state_dict(await ref, version)
+                self.policy.load_state_dict(await asyncio.wait_for(ref, PULL_TIMEOUT_S), version)
             if self.policy.version >= 0:
                 return
             await asyncio.sleep(0.2)

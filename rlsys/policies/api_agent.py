@@ -15,6 +15,7 @@ from pathlib import Path
 from rlsys.config import PolicyConfig
 from rlsys.llm_clients import ChatClient, ChatReply, LLMError, make_client, with_retries
 from rlsys.policies.prompts import agent_prompt
+from rlsys.policies.weightless import WeightlessPolicy
 from rlsys.types import ActionSample, Observation
 
 CONFIG_NAME = "api_policy.json"
@@ -44,7 +45,7 @@ class ApiPolicyError(LLMError):
         self.samples = samples
 
 
-class ApiAgentPolicy:
+class ApiAgentPolicy(WeightlessPolicy):
     """The PAE agent prompt plus the screenshot, answered by a hosted model in `Thought: ... Action: ...`.
 
     For zero-shot collection and evaluation only: a hosted model gives no log-probabilities
@@ -166,15 +167,6 @@ class ApiAgentPolicy:
 
     def log_probs(self, observations: Sequence[Observation], actions: Sequence[str]):
         raise NotImplementedError("api policies have no log-probs; use them for collection and evaluation only")
-
-    def parameters(self) -> list:
-        return []
-
-    def train(self) -> None:
-        pass
-
-    def state_dict(self) -> dict:
-        return {}
 
     def load_state_dict(self, state: dict, version: int | None = None) -> None:
         if state:

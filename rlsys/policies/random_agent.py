@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from rlsys.config import PolicyConfig
+from rlsys.policies.weightless import WeightlessPolicy
 from rlsys.types import ActionSample, Observation
 
 _ELEMENT = re.compile(r"^\s*\[(\d+)\]", re.MULTILINE)
@@ -32,7 +33,7 @@ def element_ids(observation: Observation) -> list[int]:
     return list(dict.fromkeys(int(m) for m in _ELEMENT.findall(observation.ui_text or "")))
 
 
-class RandomPolicy:
+class RandomPolicy(WeightlessPolicy):
     def __init__(self, cfg: PolicyConfig | None = None, seed: int = 0):
         self.cfg = cfg
         self.version = 0
@@ -68,15 +69,6 @@ class RandomPolicy:
 
     def token_logprobs(self, observations: Sequence[Observation], actions: Sequence[str]):
         raise NotImplementedError("the random policy has no tokens; use log_probs")
-
-    def parameters(self) -> list:
-        return []
-
-    def train(self) -> None:
-        pass
-
-    def state_dict(self) -> dict:
-        return {}
 
     def load_state_dict(self, state: dict, version: int | None = None) -> None:
         """No weights to load; whatever a learner published is ignored, only its version is taken."""

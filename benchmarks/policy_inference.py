@@ -87,7 +87,7 @@ def throughput(name: str, spec: dict, batches: list[int], device: str, new_token
 def publish_cost(spec: dict, lora_r: int) -> list[dict]:
     import ray
 
-    from rlsys.weights import WeightStore, pull_if_newer
+    from rlsys.weights import WeightStore, pack_state_dict, pull_if_newer
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     rows = []
@@ -96,6 +96,8 @@ def publish_cost(spec: dict, lora_r: int) -> list[dict]:
 
         @ray.remote(num_cpus=0)
         def pull(store, version):
+            import torch  # noqa: F401 - a worker's first import is not the pull's cost
+
             started = time.perf_counter()
             found = pull_if_newer(store, version)
             return time.perf_counter() - started, sum(v.numel() for v in found[1].values())
@@ -107,7 +109,7 @@ def publish_cost(spec: dict, lora_r: int) -> list[dict]:
             started = time.perf_counter()
             state = policy.state_dict()
             nbytes = sum(v.numel() * v.element_size() for v in state.values())
-            ray.get(store.publish.remote(version, state))
+            ray.get(store.publish.remote(version, pack_state_dict(state)))  # as the learner publishes
             publish_s = time.perf_counter() - started
             pull_s, numel = ray.get(pull.remote(store, version - 1))
             row = {"publish": mode, "lora_r": lora_r, "mib": nbytes / 2**20, "publish_s": publish_s, "pull_s": pull_s}

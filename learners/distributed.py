@@ -72,10 +72,5 @@ def join(address: str, port: int, rank: int, world_size: int, backend: str, time
     )
 
 
-def leave() -> None:
-    if in_group():
-        dist.destroy_process_group()
-
-
 def _device() -> str:
     return "cuda" if dist.get_backend() == "nccl" else "cpu"

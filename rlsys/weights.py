@@ -53,10 +53,6 @@ class PackedStateDict:
     def __reduce__(self):
         return _unpack, (self.entries,)
 
-    @property
-    def nbytes(self) -> int:
-        return sum(v.nbytes for _, v, dtype in self.entries if dtype is not None)
-
 
 def pack_state_dict(state_dict: dict) -> PackedStateDict:
     """Tensors become numpy arrays that share their memory where they can (a CPU, contiguous tensor

@@ -8,8 +8,8 @@ import logging
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from envs.android.emulator import EmulatorPool, Lease
 from rlsys.config import Config
+from rlsys.envs.android.emulator import EmulatorPool, Lease
 
 PREFIX = "emulator-pool-"
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ def this_node_pool(cfg: Config):
 
 def lease_env(cfg: Config, env_id: str, timeout_s: float):
     """An AndroidEnv on an emulator leased from this node's pool; closing the env returns the lease."""
-    from envs.android.env import AndroidEnv
+    from rlsys.envs.android.env import AndroidEnv
 
     pool = this_node_pool(cfg)
     lease = ray.get(pool.acquire.remote(), timeout=timeout_s)

@@ -15,7 +15,7 @@ import time
 import ray
 
 from rlsys.config import Config
-from rlsys.types import ActionSample
+from rlsys.core.types import ActionSample
 
 PULL_TIMEOUT_S = 60.0  # a weight store that does not answer fails the batch, not the server forever
 
@@ -28,8 +28,8 @@ class InferenceServer:
     def __init__(self, cfg: Config, weight_store, seed: int):
         import torch
 
-        from learners.learner import pick_device
         from rlsys.policies import build_policy
+        from rlsys.policies.devices import pick_device
 
         self.cfg = cfg.policy.server
         self.weight_store = weight_store

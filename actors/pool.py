@@ -19,12 +19,12 @@ from dataclasses import dataclass
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
-from actors.evaluator_pool import start_pool
-from actors.inference_server import start_servers
-from actors.runner import RemoteEnvRunner
+from rlsys.actors.inference_server import start_servers
+from rlsys.actors.runner import RemoteEnvRunner
 from rlsys.config import Config
-from rlsys.failures import headline
-from rlsys.types import Task, Trajectory
+from rlsys.core.failures import headline
+from rlsys.core.types import Task, Trajectory
+from rlsys.envs.evaluators.pool import start_pool
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ class RunnerPool:
         self.evaluator = start_pool(cfg.evaluator, seed) if cfg.evaluator.uses_judge else None
         self.emulator_pools = []
         if cfg.env.kind == "android":
-            from actors.emulators import start_node_pools
+            from rlsys.actors.emulators import start_node_pools
 
             self.emulator_pools = start_node_pools(cfg, str((cfg.output_dir / "emulators").resolve()))
         self.episode_limit_s = cfg.run.episode_timeout_s + judging_allowance_s(cfg)
@@ -283,6 +283,6 @@ class RunnerPool:
         for actor in self.runners + self.servers + ([self.evaluator] if self.evaluator else []):
             ray.kill(actor, no_restart=True)
         if self.cfg.env.kind == "android":
-            from actors.emulators import shutdown_node_pools
+            from rlsys.actors.emulators import shutdown_node_pools
 
             shutdown_node_pools()

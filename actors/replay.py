@@ -10,7 +10,7 @@ import gc
 
 import ray
 
-from rlsys.replay import ReplayBuffer
+from rlsys.data.replay import ReplayBuffer
 
 
 class _ActorReplayBuffer(ReplayBuffer):

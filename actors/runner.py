@@ -7,41 +7,30 @@ import time
 
 import ray
 
-from actors.referee import Referee
+from rlsys import envs
+from rlsys.actors.weight_store import pull_if_newer
 from rlsys.config import Config
-from rlsys.env import EnvBrokenError
-from rlsys.llm_clients import LLMError
-from rlsys.types import Step, Task, Trajectory
-from rlsys.weights import pull_if_newer
+from rlsys.core.env import EnvBrokenError
+from rlsys.core.types import Step, Task, Trajectory
+from rlsys.envs.evaluators.referee import Referee
+from rlsys.llm import LLMError
 
 # Keys of an env's step info that the Step already holds elsewhere.
 _STEP_FIELDS = ("action", "parse_error", "action_error")
 
 
 def make_env(cfg: Config, env_id: str, fuzzy_judge=None):
-    if cfg.env.kind == "miniwob":
-        from envs.web.miniwob import MiniWoBEnv
-
-        return MiniWoBEnv(cfg.env, env_id)
-    if cfg.env.kind == "web":
-        from envs.web.webenv import WebEnv
-
-        return WebEnv(cfg.env, env_id, fuzzy_judge)
-    if cfg.env.kind == "sim":
-        from envs.sim import SimEnv
-
-        return SimEnv(cfg.env, env_id)
     if cfg.env.kind == "android":
-        from actors.emulators import lease_env
+        from rlsys.actors.emulators import lease_env
 
         # a lease may have to boot an emulator, or restart a broken one, first
         return lease_env(cfg, env_id, timeout_s=cfg.env.android.boot_timeout_s + 60)
-    raise ValueError(f"unknown env.kind {cfg.env.kind!r}")
+    return envs.make_env(cfg.env, env_id, fuzzy_judge)
 
 
 class EnvRunner:
     def __init__(self, runner_id: str, cfg: Config, weight_store, seed: int, policy_server=None, evaluator=None):
-        from actors.inference_server import ServedPolicy
+        from rlsys.actors.inference_server import ServedPolicy
         from rlsys.policies import build_policy, needs_torch
 
         self.runner_id = runner_id

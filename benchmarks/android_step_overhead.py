@@ -44,7 +44,7 @@ def start_fake_emulator(adb_port: int, console_port: int, home: str) -> subproce
 
 
 def measure(env, steps: int) -> dict:
-    from rlsys.types import Task
+    from rlsys.core.types import Task
 
     env.reset(Task("bench:1", "benchmark", "aitw-general", start="home"))
     rows = [env.step(ACTIONS[i % len(ACTIONS)]).info["timing"] for i in range(steps)]
@@ -62,7 +62,7 @@ def measure(env, steps: int) -> dict:
 
 
 def screenshot_costs(device, repeats: int = 10) -> dict:
-    from envs.android.env import encode_png
+    from rlsys.envs.android.env import encode_png
 
     raw, png, encode = [], [], []
     for _ in range(repeats):
@@ -86,9 +86,9 @@ def screenshot_costs(device, repeats: int = 10) -> dict:
 def main() -> None:
     import adbutils
 
-    from envs.android.emulator import Lease
-    from envs.android.env import AndroidEnv
     from rlsys.config import AndroidConfig, EnvConfig
+    from rlsys.envs.android.emulator import Lease
+    from rlsys.envs.android.env import AndroidEnv
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=60)

@@ -49,7 +49,7 @@ import numpy as np
 import ray
 
 from rlsys.config import load_config
-from rlsys.types import Task
+from rlsys.core.types import Task
 
 RESULTS = Path(__file__).parent / "results" / "collection_modes.json"
 
@@ -254,8 +254,8 @@ def wait_ready(pool, runners: int, timeout_s: float) -> float:
 
 
 def bench(runners: int, args) -> list[dict]:
-    from actors.pool import RunnerPool
-    from rlsys.weights import WeightStore
+    from rlsys.actors.pool import RunnerPool
+    from rlsys.actors.weight_store import WeightStore
 
     cfg = make_config(runners, args)
     store = ray.remote(WeightStore).options(num_cpus=0).remote()

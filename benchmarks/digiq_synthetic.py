@@ -4,7 +4,7 @@ The dataset (tests/digiq_data.py): two-step episodes whose second action decides
 `click [2]` succeeds with probability 0.9, the other three with 0.1, and the behaviour policy picks
 uniformly (about 30% success). The pipeline is the product's: candidates sampled from a tiny T5 policy
 at temperature 1.2 inside the action grammar, z(s, a) from a tiny LLaVA saved and loaded like a
-checkpoint, then the critic phase and the Best-of-N actor phase of `learners.digiq.DigiQ` (the code the
+checkpoint, then the critic phase and the Best-of-N actor phase of `rlsys.learners.digiq.algorithm.DigiQ` (the code the
 learner actor runs). The extracted policy acts greedily on fresh deciding screens; its success is the
 mean success probability of the actions it picks.
 
@@ -27,11 +27,12 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from learners.digiq import DigiQ  # noqa: E402
-from rlsys.candidates import action_validator, sample_candidates  # noqa: E402
 from rlsys.config import PolicyConfig, load_config  # noqa: E402
+from rlsys.envs import action_validator  # noqa: E402
+from rlsys.learners.digiq.algorithm import DigiQ  # noqa: E402
+from rlsys.learners.digiq.candidates import sample_candidates  # noqa: E402
+from rlsys.learners.digiq.representations import RepresentationProvider, annotate  # noqa: E402
 from rlsys.policies import build_policy  # noqa: E402
-from rlsys.representations import RepresentationProvider, annotate  # noqa: E402
 from tests.digiq_data import GOOD, P_SUCCESS, synthetic_dataset, tiny_learner  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "digiq_synthetic.json"

@@ -29,9 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the test stubs l
 import ray  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from actors.evaluator_pool import PoolJudge, start_pool  # noqa: E402
 from rlsys.config import EvaluatorConfig, EvaluatorPoolConfig, JudgeConfig  # noqa: E402
-from rlsys.types import Observation, Step, Task, Trajectory  # noqa: E402
+from rlsys.core.types import Observation, Step, Task, Trajectory  # noqa: E402
+from rlsys.envs.evaluators.pool import PoolJudge, start_pool  # noqa: E402
 from tests.http_stubs import OpenAIStub, Reply  # noqa: E402
 
 

@@ -22,10 +22,10 @@ import numpy as np
 import torch
 from PIL import Image
 
-from learners.learner import build_algorithm
 from rlsys.config import load_config
+from rlsys.core.types import Observation, Step, Task, Trajectory
+from rlsys.learners.registry import build_algorithm
 from rlsys.policies import build_policy
-from rlsys.types import Observation, Step, Task, Trajectory
 
 POLICIES = {
     "tiny": {"kind": "tiny_t5"},

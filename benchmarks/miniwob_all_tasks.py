@@ -22,10 +22,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from envs.web.miniwob import MiniWoBEnv, available_tasks
 from rlsys.config import load_config
-from rlsys.env import EnvBrokenError
-from rlsys.tasks import miniwob_task
+from rlsys.core.env import EnvBrokenError
+from rlsys.envs.tasks import miniwob_task
+from rlsys.envs.web.miniwob import MiniWoBEnv, available_tasks
 
 PAGE_STATE = "return [WOB_DONE_GLOBAL, WOB_RAW_REWARD_GLOBAL, WOB_REWARD_REASON];"
 

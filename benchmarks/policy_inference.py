@@ -25,8 +25,8 @@ import torch
 from PIL import Image
 
 from rlsys.config import LoraConfig, PolicyConfig
+from rlsys.core.types import Observation
 from rlsys.policies import build_policy
-from rlsys.types import Observation
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -87,7 +87,8 @@ def throughput(name: str, spec: dict, batches: list[int], device: str, new_token
 def publish_cost(spec: dict, lora_r: int) -> list[dict]:
     import ray
 
-    from rlsys.weights import WeightStore, pack_state_dict, pull_if_newer
+    from rlsys.actors.weight_store import WeightStore, pull_if_newer
+    from rlsys.policies.weights import pack_state_dict
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     rows = []

@@ -1,6 +1,6 @@
 """The replay buffer actor at 100k stored trajectories: ingest rate and sample latency.
 
-The buffer is `actors.replay.ReplayBufferActor`, created as the trainer creates it (num_cpus=0),
+The buffer is `rlsys.actors.replay.ReplayBufferActor`, created as the trainer creates it (num_cpus=0),
 with capacity `--stored` and a byte bound it never reaches. Trajectories are 3-step web episodes
 (plus the final observation) as runners send them: element list, grammar extras, timings, and
 small distinct PNG screenshots (96x96: boxes, text stripes and a photo-like patch, ~2.4 KB
@@ -39,7 +39,7 @@ import numpy as np
 import ray
 from PIL import Image, ImageDraw
 
-from rlsys.types import Observation, Step, Task, Trajectory
+from rlsys.core.types import Observation, Step, Task, Trajectory
 
 RESULTS = Path(__file__).parent / "results" / "replay_buffer.json"
 UI_TEXT = "\n".join(f'[{i}] button "Option {i}"' for i in range(8))
@@ -121,7 +121,7 @@ def percentile(xs: list[float], q: float) -> float:
 
 
 def main(argv=None) -> int:
-    from actors.replay import ReplayBufferActor
+    from rlsys.actors.replay import ReplayBufferActor
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stored", type=int, default=100_000, help="trajectories stored (and capacity)")

@@ -19,8 +19,8 @@ from pathlib import Path
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 from rlsys.config import load_config
+from rlsys.envs.tasks import eval_tasks
 from rlsys.policies import build_policy
-from rlsys.tasks import eval_tasks
 
 TASKS = ["click-test-2", "click-tab", "focus-text-2", "click-button-sequence"]
 
@@ -41,7 +41,7 @@ def plain_loop(episodes: int) -> dict:
     """What a hand-written script does: one browser, one policy, one episode after another."""
     import torch
 
-    from envs.web.miniwob import MiniWoBEnv
+    from rlsys.envs.web.miniwob import MiniWoBEnv
 
     torch.set_num_threads(1)  # as in a runner: a fair measure of the framework's own overhead
     cfg = config(1)
@@ -75,10 +75,10 @@ def plain_loop(episodes: int) -> dict:
 def rlsys_runners(episodes: int, runners: int) -> dict:
     import ray
 
-    from actors.pool import RunnerPool
-    from actors.replay import ReplayBufferActor
+    from rlsys.actors.pool import RunnerPool
+    from rlsys.actors.replay import ReplayBufferActor
+    from rlsys.actors.weight_store import WeightStore
     from rlsys.trainer import init_ray
-    from rlsys.weights import WeightStore
 
     cfg = config(runners)
     init_ray(cfg)

@@ -71,8 +71,8 @@ def serve() -> tuple[ThreadingHTTPServer, str]:
 
 
 def make_env():
-    from envs.web.webenv import WebEnv
     from rlsys.config import EnvConfig, build
+    from rlsys.envs.web.webenv import WebEnv
 
     env = {
         "kind": "web",
@@ -87,7 +87,7 @@ def make_env():
 
 
 def start_task(base_url: str):
-    from rlsys.types import Task
+    from rlsys.core.types import Task
 
     return Task(id="actions", instruction="benchmark", suite="webvoyager", start=f"{base_url}/actions.html")
 
@@ -188,7 +188,7 @@ def timed(call, reps: int) -> float:
 def instrumented(env):
     """Times the parts of each step from inside: wrappers on this env's own methods and on the
     draw_marks it calls, a few microseconds each; yields {part: [ms per call]}."""
-    import envs.web.webenv as webenv
+    import rlsys.envs.web.webenv as webenv
 
     timings: dict[str, list[float]] = {name: [] for name in STEP_PARTS}
 
@@ -220,7 +220,7 @@ def instrumented(env):
 def breakdown(env, base_url: str, steps: int, reps: int) -> dict:
     """One browser, static steps: where the time of a step goes, timed inside the steps, and the
     screenshot, the marks and a WebDriver round trip timed on their own."""
-    from envs.web.marks import draw_marks
+    from rlsys.envs.web.marks import draw_marks
 
     obs = env.reset(start_task(base_url))
     obs = static_steps(env, obs, WARMUP_STEPS)[2]

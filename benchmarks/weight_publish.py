@@ -36,7 +36,8 @@ from pathlib import Path
 import ray
 import torch
 
-from rlsys.weights import WeightStore, pack_state_dict
+from rlsys.actors.weight_store import WeightStore
+from rlsys.policies.weights import pack_state_dict
 
 MB = 10**6
 RESULTS = Path(__file__).parent / "results" / "weight_publish.json"
@@ -62,7 +63,7 @@ class BenchRunner:
         return os.getpid()
 
     def sync(self, expected: int) -> float:
-        from rlsys.weights import pull_if_newer
+        from rlsys.actors.weight_store import pull_if_newer
 
         started = time.perf_counter()
         found = pull_if_newer(self.store, self.version)

@@ -1,0 +1,59 @@
+"""Environments: the front door builds one from its config (`make_env`) and says which action texts
+are valid in it (`action_validator`). web/ is headless Chromium (any site, MiniWoB++, WebArena
+checks), android/ drives emulators through adb, sim.py is a latency model for scale tests, tasks.py
+loads task suites, and evaluators/ decides episode outcomes (programmatic checks and VLM judges).
+
+An Android env is leased from its node's emulator pool (`rlsys.actors.emulators`), so the env runner
+builds that one itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rlsys.config import EnvConfig
+from rlsys.core.types import Observation
+
+Validator = Callable[[Observation, str], str | None]  # the parse error, or None for a valid action
+
+
+def make_env(cfg: EnvConfig, env_id: str, fuzzy_judge=None):
+    """A MiniWoB++, web or simulated env; `fuzzy_judge` answers WebArena's fuzzy_match checks."""
+    if cfg.kind == "miniwob":
+        from rlsys.envs.web.miniwob import MiniWoBEnv
+
+        return MiniWoBEnv(cfg, env_id)
+    if cfg.kind == "web":
+        from rlsys.envs.web.webenv import WebEnv
+
+        return WebEnv(cfg, env_id, fuzzy_judge)
+    if cfg.kind == "sim":
+        from rlsys.envs.sim import SimEnv
+
+        return SimEnv(cfg, env_id)
+    if cfg.kind == "android":
+        raise ValueError("env.kind 'android': an Android env is leased from an emulator pool (rlsys.actors.emulators)")
+    raise ValueError(f"unknown env.kind {cfg.kind!r}")
+
+
+def action_validator(env: EnvConfig) -> Validator:
+    """Whether a text is an action of the configured space, as the env itself would parse it."""
+    if env.kind == "android":
+        from rlsys.envs.android.actions import SCREEN, ActionParseError, parse_action
+
+        def valid_android(obs: Observation, text: str) -> str | None:
+            try:
+                parse_action(text, env.action_space, tuple(obs.extras.get("screen_size") or SCREEN))
+            except ActionParseError as e:
+                return str(e)
+            return None
+
+        return valid_android
+    from rlsys.envs.web import spaces
+
+    space = spaces.get(env.action_space)
+
+    def valid_web(obs: Observation, text: str) -> str | None:
+        return spaces.try_parse(space, text, len(obs.extras.get("elements") or []))[1]
+
+    return valid_web

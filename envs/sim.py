@@ -28,10 +28,10 @@ from functools import cache
 
 import numpy as np
 
-from envs.web import spaces
 from rlsys.config import EnvConfig
-from rlsys.env import EnvBrokenError
-from rlsys.types import Observation, StepResult, Task
+from rlsys.core.env import EnvBrokenError
+from rlsys.core.types import Observation, StepResult, Task
+from rlsys.envs.web import spaces
 
 SCREEN = 8  # pixels per side of the simulated screenshot
 

@@ -1,13 +1,13 @@
-"""Filtered behaviour cloning and SFT (REFERENCE.md §2.3, §5): imitate the trajectories that worked
+"""Filtered behaviour cloning and SFT (docs/algorithms/filtered_bc.md, pae.md): imitate the trajectories that worked
 (`learner.filter`: success, DigiRL's reward quantile, or PAE's shortest successes per task), or all
 non-empty ones (`learner.algorithm: sft`), with a token-mean NLL."""
 
 from __future__ import annotations
 
-from learners.actor import ActorUpdate, samples_of
-from learners.selection import select
 from rlsys.config import LearnerConfig
-from rlsys.types import Trajectory
+from rlsys.core.types import Trajectory
+from rlsys.learners.imitation import ActorUpdate, samples_of
+from rlsys.learners.selection import select
 
 
 class FilteredBC:

@@ -11,9 +11,9 @@ import time
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
-from learners.learner import RemoteLearner
 from rlsys.config import Config
-from rlsys.failures import headline
+from rlsys.core.failures import headline
+from rlsys.learners.learner import RemoteLearner
 
 log = logging.getLogger(__name__)
 

@@ -15,38 +15,14 @@ from pathlib import Path
 import ray
 import torch
 
-from learners import distributed
-from rlsys import checkpoint
 from rlsys.config import Config
+from rlsys.core.types import Trajectory
+from rlsys.data import checkpoint
+from rlsys.learners import distributed
+from rlsys.learners.registry import build_algorithm
 from rlsys.policies import build_policy
-from rlsys.types import Trajectory
-from rlsys.weights import pack_state_dict
-
-
-def pick_device(requested: str) -> str:
-    if requested == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("learner.device is 'cuda' but no CUDA device is visible to the learner")
-    if requested == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return requested
-
-
-def build_algorithm(cfg: Config, policy, device: str):
-    """The configured algorithm around `policy` (`learner.algorithm`)."""
-    correct = cfg.learner.off_policy_correction == "on" or (
-        cfg.learner.off_policy_correction == "auto" and cfg.run.mode == "async"
-    )
-    if cfg.learner.algorithm == "digirl":
-        from learners.digirl import DigiRL
-
-        return DigiRL(cfg.learner, policy, seed=cfg.run.seed, device=device, correct_off_policy=correct)
-    if cfg.learner.algorithm == "digiq":
-        from learners.digiq import DigiQ
-
-        return DigiQ(cfg.learner, policy, seed=cfg.run.seed, device=device, correct_off_policy=correct)
-    from learners.filtered_bc import FilteredBC
-
-    return FilteredBC(cfg.learner, policy, seed=cfg.run.seed, correct_off_policy=correct)
+from rlsys.policies.devices import pick_device
+from rlsys.policies.weights import pack_state_dict
 
 
 class Learner:

@@ -13,7 +13,7 @@ CLAMP_LOW, CLAMP_HIGH = math.log(0.001), math.log(0.99)
 
 
 def clamp_probs(token_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """log clamp(pi(token), 0.001, 0.99) (REFERENCE.md §2.2): tokens already above 0.99 or below 0.001
+    """log clamp(pi(token), 0.001, 0.99) (docs/algorithms/digirl.md#update): tokens already above 0.99 or below 0.001
     give no gradient. Padding stays zero."""
     return token_logp.clamp(CLAMP_LOW, CLAMP_HIGH).masked_fill(~mask, 0.0)
 

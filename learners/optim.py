@@ -10,8 +10,8 @@ from collections.abc import Callable, Iterable
 
 import torch
 
-from learners import distributed
-from learners.losses import LossSum
+from rlsys.learners import distributed
+from rlsys.learners.losses import LossSum
 
 
 class ModuleOptimizer:

@@ -1,14 +1,15 @@
-"""Which trajectories an algorithm imitates (REFERENCE.md §2.3, §5), and which of their steps."""
+"""Which trajectories an algorithm imitates (docs/algorithms/filtered_bc.md), and which of their steps."""
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections import defaultdict
 
 import numpy as np
 
 from rlsys.config import LearnerConfig
-from rlsys.types import Trajectory
+from rlsys.core.types import Trajectory
 
 
 def successes(trajectories: list[Trajectory]) -> list[Trajectory]:
@@ -55,3 +56,9 @@ def select(cfg: LearnerConfig, trajectories: list[Trajectory]) -> list[Trajector
     if cfg.filter == "shortest":
         return shortest_successes(trajectories, cfg.shortest_fraction)
     return successes(trajectories)
+
+
+def is_validation(traj: Trajectory, fraction: float) -> bool:
+    """A fixed share of trajectories held out from critic training, chosen by id (stable across runs)."""
+    digest = hashlib.sha1(traj.id.encode()).digest()
+    return int.from_bytes(digest[:4], "big") / 2**32 < fraction

@@ -1,4 +1,4 @@
-"""Preparing a Digi-Q dataset (REFERENCE.md §6), one command per stage; each reads a shard folder and
+"""Preparing a Digi-Q dataset (docs/algorithms/digiq.md), one command per stage; each reads a shard folder and
 writes a new one, shard by shard, published only when complete.
 
     python -m rlsys.digiq change-set --data DATA --out CHANGE      # yes/no "does it change the screen"
@@ -24,9 +24,9 @@ from pathlib import Path
 from tqdm import tqdm
 
 from rlsys.config import ConfigError, load_config
-from rlsys.data import DataError, check_output_dir, publish
-from rlsys.storage import ShardWriter, StorageError, read_shard
-from rlsys.types import Trajectory
+from rlsys.core.types import Trajectory
+from rlsys.data.digirl_files import DataError, check_output_dir, publish
+from rlsys.data.shards import ShardWriter, StorageError, read_shard
 
 
 def input_shards(data: Path) -> list[Path]:
@@ -62,7 +62,7 @@ def transform_shards(
 
 
 def change_set(args: argparse.Namespace) -> dict:
-    from rlsys.screen_change import change_examples
+    from rlsys.learners.digiq.screen_change import change_examples
 
     summary: Counter = Counter({"threshold": args.threshold})
 
@@ -75,9 +75,10 @@ def change_set(args: argparse.Namespace) -> dict:
 
 
 def candidates(args: argparse.Namespace) -> dict:
-    from learners.learner import pick_device
-    from rlsys.candidates import action_validator, sample_candidates
+    from rlsys.envs import action_validator
+    from rlsys.learners.digiq.candidates import sample_candidates
     from rlsys.policies import build_policy
+    from rlsys.policies.devices import pick_device
 
     cfg = load_config(args.config, args.overrides)
     c = cfg.learner.digiq.candidates
@@ -106,8 +107,8 @@ def candidates(args: argparse.Namespace) -> dict:
 
 
 def represent(args: argparse.Namespace) -> dict:
-    from learners.learner import pick_device
-    from rlsys.representations import RepresentationProvider, annotate
+    from rlsys.learners.digiq.representations import RepresentationProvider, annotate
+    from rlsys.policies.devices import pick_device
 
     cfg = load_config(args.config, args.overrides)
     r = cfg.learner.digiq.representation

@@ -12,10 +12,10 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from envs.android.emulator import check_local_setup
-from envs.evaluators import check_setup
 from rlsys.config import ConfigError, check_paths, load_config
-from rlsys.tasks import check_tasks
+from rlsys.envs.android.emulator import check_local_setup
+from rlsys.envs.evaluators import check_setup
+from rlsys.envs.tasks import check_tasks
 
 # What a saved policy folder holds: an HF model, a LoRA adapter, or a hosted model's description.
 POLICY_MARKERS = ("config.json", "adapter", "api_policy.json")
@@ -57,12 +57,13 @@ def main(argv=None) -> int:
 
     import ray
 
-    from actors.pool import RunnerPool
+    from rlsys.actors.pool import RunnerPool
+    from rlsys.actors.weight_store import WeightStore
+    from rlsys.envs.tasks import eval_groups, eval_tasks
     from rlsys.metrics import summarize_eval
     from rlsys.policies import build_policy
-    from rlsys.tasks import eval_groups, eval_tasks
+    from rlsys.policies.weights import pack_state_dict
     from rlsys.trainer import init_ray
-    from rlsys.weights import WeightStore, pack_state_dict
 
     started_ray, _ = init_ray(cfg)
     store = ray.remote(WeightStore).options(num_cpus=0).remote()

@@ -4,7 +4,7 @@
 
 For every site (`web_name`) in `proposer.examples`, one call asks `proposer.llm` for
 `proposer.tasks_per_site` tasks as JSON Lines. Every line of the reply is checked with the task file
-rules (`envs.web.task_files`), must name the site asked for and start on the example's host, and must
+rules (`rlsys.envs.web.task_files`), must name the site asked for and start on the example's host, and must
 not repeat a known task (the example, a task already in the output file, an earlier line of the
 reply); questions are compared casefolded, with whitespace collapsed and trailing punctuation
 stripped. Kept tasks get our own ids, `<web_name>--p<n>` (the model's ids are ignored), and are
@@ -27,11 +27,11 @@ from functools import cache
 from pathlib import Path
 from urllib.parse import urlparse
 
-from envs.web.task_files import TaskFileError, load_task_file, parse_task_line
 from rlsys.config import ConfigError, ProposerConfig, load_config
-from rlsys.llm_clients import ChatClient, LLMError, make_client, with_retries
-from rlsys.prompts import packaged, read_template
-from rlsys.types import Task
+from rlsys.core.templates import packaged, read_template
+from rlsys.core.types import Task
+from rlsys.envs.web.task_files import TaskFileError, load_task_file, parse_task_line
+from rlsys.llm import ChatClient, LLMError, make_client, with_retries
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ MAX_DELAY_S = 30.0
 def template(name: str) -> str:
     """A packaged template by name, or a user's template file (`.txt`)."""
     try:
-        return read_template(name, packaged("rlsys.prompts"), TEMPLATES, "proposer.prompt")
+        return read_template(name, packaged("rlsys", "templates"), TEMPLATES, "proposer.prompt")
     except (ValueError, OSError) as e:
         raise ConfigError(str(e)) from None
 

@@ -6,10 +6,10 @@ import argparse
 import os
 import sys
 
-from envs.android.emulator import check_local_setup
-from envs.evaluators import check_setup
 from rlsys.config import Config, ConfigError, build, check_paths, save_config, unresolved_dict
-from rlsys.tasks import check_tasks
+from rlsys.envs.android.emulator import check_local_setup
+from rlsys.envs.evaluators import check_setup
+from rlsys.envs.tasks import check_tasks
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -51,7 +51,7 @@ def main(argv=None) -> int:
 
     import ray
 
-    from learners.group import LearnerFailed
+    from rlsys.learners.group import LearnerFailed
     from rlsys.metrics import eval_table
     from rlsys.trainer import Trainer, init_ray
 

@@ -24,13 +24,14 @@ import numpy as np
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from rlsys import checkpoint
-from rlsys.config import Config, digiq_critic_iterations, offline_phase_length, redacted_dict, to_dict, total_iterations
+from rlsys.config import Config, redacted_dict, to_dict
+from rlsys.core.types import Trajectory
 from rlsys.dashboard import RunMetrics
+from rlsys.data import checkpoint
+from rlsys.data.shards import ShardWriter, read_trajectories
+from rlsys.envs.tasks import TaskSource, eval_groups, eval_tasks, task_group
+from rlsys.learners.registry import critic_stage_end, offline_phase_length, total_iterations
 from rlsys.metrics import MetricsLogger, judge_costs, read_metrics, summarize_eval
-from rlsys.storage import ShardWriter, read_trajectories
-from rlsys.tasks import TaskSource, eval_groups, eval_tasks, task_group
-from rlsys.types import Trajectory
 
 log = logging.getLogger(__name__)
 
@@ -63,10 +64,10 @@ def init_ray(cfg: Config) -> tuple[bool, str | None]:
 
 class Trainer:
     def __init__(self, cfg: Config, run_dir: Path, resume: bool = False):
-        from actors.pool import RunnerPool
-        from actors.replay import ReplayBufferActor
-        from learners.group import LearnerGroup
-        from rlsys.weights import WeightStore
+        from rlsys.actors.pool import RunnerPool
+        from rlsys.actors.replay import ReplayBufferActor
+        from rlsys.actors.weight_store import WeightStore
+        from rlsys.learners.group import LearnerGroup
 
         self.cfg = cfg
         self.run_dir = Path(run_dir)
@@ -91,7 +92,7 @@ class Trainer:
         self.pool = RunnerPool(cfg, self.weight_store, seed=cfg.run.seed) if needs_runners else None
         self.offline_iterations = offline_phase_length(cfg)
         # Digi-Q's critic phase ends here; its critic and scores are written as a stage of their own
-        self.critic_stage_end = digiq_critic_iterations(cfg.learner.digiq) if cfg.learner.algorithm == "digiq" else 0
+        self.critic_stage_end = critic_stage_end(cfg)
         self.total_iterations = total_iterations(cfg)
         if resume and checkpoint.latest(self.run_dir) is not None:
             self._restore()
@@ -220,7 +221,7 @@ class Trainer:
             self.save_checkpoint()
 
     def run(self) -> list[dict]:
-        from learners.group import LearnerFailed
+        from rlsys.learners.group import LearnerFailed
 
         logger = MetricsLogger(
             self.cfg, self.run_dir, redacted_dict(to_dict(self.cfg)), total=self.total_iterations, start=self.iteration
@@ -287,7 +288,7 @@ class Trainer:
     def _propose_tasks(self) -> dict:
         """New training tasks from the proposer LLM, one example per site (`proposer.examples`, or the
         first training task of each site); a failed call costs this round's proposals, not the run."""
-        from rlsys.llm_clients import make_client
+        from rlsys.llm import make_client
         from rlsys.propose_tasks import load_examples, propose_new_tasks, site_examples
 
         cfg, tasks_cfg = self.cfg.proposer, self.cfg.tasks

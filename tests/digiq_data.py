@@ -13,8 +13,8 @@ import random
 
 from PIL import Image
 
-from rlsys.grammar import Grammar
-from rlsys.types import Observation, Step, Task, Trajectory
+from rlsys.core.grammar import Grammar
+from rlsys.core.types import Observation, Step, Task, Trajectory
 
 ACTIONS = tuple(f"click [{i}]" for i in range(4))
 GOOD = "click [2]"

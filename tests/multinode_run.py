@@ -13,8 +13,8 @@ import psutil
 import ray
 
 from rlsys.config import load_config
+from rlsys.data.shards import read_trajectories
 from rlsys.metrics import read_metrics
-from rlsys.storage import read_trajectories
 from rlsys.trainer import Trainer
 
 SERIES = ["ray_rlsys_trajectories_total", "ray_rlsys_buffer_trajectories", "ray_rlsys_runner_restarts",

@@ -8,12 +8,12 @@ from dataclasses import replace
 
 import pytest
 
-import envs.autoui as autoui
-from envs.autoui import AutoUIAction, AutoUIParseError, is_tap, parse_autoui, render_autoui
-from envs.web import spaces
-from envs.web.spaces import ParseError, WebAction
-from envs.web.spaces import coords as coords_space
-from envs.web.spaces import pae as pae_space
+import rlsys.envs.autoui_format as autoui
+from rlsys.envs.autoui_format import AutoUIAction, AutoUIParseError, is_tap, parse_autoui, render_autoui
+from rlsys.envs.web import spaces
+from rlsys.envs.web.spaces import ParseError, WebAction
+from rlsys.envs.web.spaces import coords as coords_space
+from rlsys.envs.web.spaces import pae as pae_space
 
 TRICKY_TEXTS = [
     "hello",

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from envs.android.tasks import load_aitw_file
-from envs.web.task_files import TaskFileError
 from rlsys.config import ConfigError, TasksConfig, load_config
-from rlsys.tasks import TaskSource, check_tasks, eval_tasks, load_suite
+from rlsys.envs.android.tasks import load_aitw_file
+from rlsys.envs.tasks import TaskSource, check_tasks, eval_tasks, load_suite
+from rlsys.envs.web.task_files import TaskFileError
 
 
 def write_lines(path, lines: list[str]) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from envs.android.actions import (
+from rlsys.envs.android.actions import (
     FORMATS,
     KINDS,
     SWIPES,

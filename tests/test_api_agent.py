@@ -18,9 +18,10 @@ from dataclasses import dataclass
 import pytest
 from PIL import Image
 
-from envs.web.spaces import pae
 from rlsys.config import ApiConfig, PolicyConfig
-from rlsys.llm_clients import (
+from rlsys.core.types import Observation
+from rlsys.envs.web.spaces import pae
+from rlsys.llm import (
     BedrockClaudeClient,
     LLMError,
     OpenAIChatClient,
@@ -29,7 +30,6 @@ from rlsys.llm_clients import (
     with_retries,
 )
 from rlsys.policies.api_agent import ApiAgentPolicy, ApiPolicyError
-from rlsys.types import Observation
 from tests.conftest import FAKE_ACCESS_KEY
 from tests.http_stubs import BedrockStub, OpenAIStub, Recorded, Reply
 

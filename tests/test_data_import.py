@@ -9,11 +9,11 @@ import pytest
 import torch
 from PIL import Image
 
-import rlsys.data
-from learners.returns import discounted_returns
-from rlsys.data import main
-from rlsys.storage import ShardWriter, read_trajectories
-from rlsys.types import Observation, Step, Task, Trajectory
+import rlsys.data.digirl_files
+from rlsys.core.returns import discounted_returns
+from rlsys.core.types import Observation, Step, Task, Trajectory
+from rlsys.data.digirl_files import main
+from rlsys.data.shards import ShardWriter, read_trajectories
 
 F = 1408
 # (task, actions, rewards): one success of 3 steps, one failure of 2 steps, one success of 1 step
@@ -243,7 +243,7 @@ def test_summary(tmp_path, shots, capsys):
 
 def import_fails(tmp_path, data, capsys, monkeypatch) -> str:
     """Import `data` and check it fails cleanly; returns the error message."""
-    monkeypatch.setattr(rlsys.data, "SHARD_SIZE", 1)  # so shards were already written when the error comes
+    monkeypatch.setattr(rlsys.data.digirl_files, "SHARD_SIZE", 1)  # so shards were already written when the error comes
     file = tmp_path / "data.pt"
     if isinstance(data, bytes):
         file.write_bytes(data)

@@ -4,10 +4,11 @@ import numpy as np
 import pytest
 import torch
 
-from learners.digiq import DigiQ, step_refs
-from rlsys.config import ConfigError, check_paths, load_config, offline_phase_length
+from rlsys.config import ConfigError, check_paths, load_config
+from rlsys.learners.digiq.algorithm import DigiQ, step_refs
+from rlsys.learners.digiq.representations import Z_KEY, RepresentationMismatch
+from rlsys.learners.registry import offline_phase_length
 from rlsys.policies import build_policy
-from rlsys.representations import Z_KEY, RepresentationMismatch
 from tests.digiq_data import ACTIONS, GOOD, synthetic_dataset, with_candidates
 
 MODEL = "tiny-change-vlm@0123456789abcdef"

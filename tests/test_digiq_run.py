@@ -8,14 +8,15 @@ import numpy as np
 import pytest
 import yaml
 
-from rlsys import checkpoint
-from rlsys.candidates import action_validator, sample_candidates
 from rlsys.config import PolicyConfig, load_config
+from rlsys.data import checkpoint
+from rlsys.data.shards import ShardWriter, read_trajectories
 from rlsys.digiq import main as digiq_main
+from rlsys.envs import action_validator
+from rlsys.learners.digiq.candidates import sample_candidates
+from rlsys.learners.digiq.representations import Z_KEY
 from rlsys.metrics import read_metrics
 from rlsys.policies import build_policy
-from rlsys.representations import Z_KEY
-from rlsys.storage import ShardWriter, read_trajectories
 from rlsys.trainer import Trainer
 from tests.digiq_data import ACTIONS, GOOD, P_SUCCESS, synthetic_dataset, tiny_learner
 

@@ -7,12 +7,13 @@ import pytest
 import torch
 from PIL import Image
 
-from learners.actor import ActorSample, ActorUpdate
-from learners.digirl import DigiRL, is_validation, transitions_of
-from learners.losses import token_mean_nll
 from rlsys.config import DigiRLConfig, LearnerConfig, PolicyConfig
+from rlsys.core.types import Observation, Step, Task, Trajectory
+from rlsys.learners.digirl.algorithm import DigiRL, transitions_of
+from rlsys.learners.imitation import ActorSample, ActorUpdate
+from rlsys.learners.losses import token_mean_nll
+from rlsys.learners.selection import is_validation
 from rlsys.policies import build_policy
-from rlsys.types import Observation, Step, Task, Trajectory
 
 
 def png(color) -> bytes:
@@ -163,7 +164,7 @@ def test_actor_loss_applies_clipped_importance_weights(policy):
 def test_text_encoder_loads_a_saved_roberta_folder(tmp_path):
     from transformers import RobertaConfig, RobertaModel
 
-    from learners.critics import TextEncoder
+    from rlsys.learners.text_encoder import TextEncoder
 
     tiny = TextEncoder(None, hidden=16, max_tokens=32)
     RobertaModel(RobertaConfig(**{**tiny.model.config.to_dict(), "architectures": None})).save_pretrained(tmp_path)

@@ -20,8 +20,10 @@ import adbutils
 import psutil
 import pytest
 
-from envs.android.device import run_shell
-from envs.android.emulator import (
+from rlsys.config import AndroidConfig, ConfigError, load_config
+from rlsys.core.env import EnvSetupError
+from rlsys.envs.android.device import run_shell
+from rlsys.envs.android.emulator import (
     ConsoleError,
     EmulatorPool,
     Lease,
@@ -30,8 +32,6 @@ from envs.android.emulator import (
     find_emulator_binary,
     load_snapshot,
 )
-from rlsys.config import AndroidConfig, ConfigError, load_config
-from rlsys.env import EnvSetupError
 
 FLAGS = ("-read-only", "-no-window", "-no-audio", "-no-boot-anim", "-no-snapshot-save")
 

@@ -6,13 +6,13 @@ import dataclasses
 import numpy as np
 import pytest
 
-from envs.android.actions import AndroidAction, render_action
-from envs.android.device import AndroidDevice
-from envs.android.emulator import Lease
-from envs.android.env import AndroidEnv
 from rlsys.config import AndroidConfig, EnvConfig
-from rlsys.env import EnvBrokenError
-from rlsys.types import Task
+from rlsys.core.env import EnvBrokenError
+from rlsys.core.types import Task
+from rlsys.envs.android.actions import AndroidAction, render_action
+from rlsys.envs.android.device import AndroidDevice
+from rlsys.envs.android.emulator import Lease
+from rlsys.envs.android.env import AndroidEnv
 from tests.fake_android.device import CHROME, LAUNCHER
 
 AWKWARD = [

@@ -3,9 +3,9 @@ import signal
 
 import pytest
 
-from envs.web.miniwob import MiniWoBEnv, available_tasks
-from rlsys.env import EnvBrokenError, EnvSetupError
-from rlsys.tasks import miniwob_task
+from rlsys.core.env import EnvBrokenError, EnvSetupError
+from rlsys.envs.tasks import miniwob_task
+from rlsys.envs.web.miniwob import MiniWoBEnv, available_tasks
 from tests.conftest import make_config
 
 

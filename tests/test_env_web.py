@@ -11,12 +11,12 @@ import pytest
 from conftest import make_config
 from PIL import Image
 
-from envs.autoui import AutoUIAction, render_autoui
-from envs.web.webenv import WebEnv
 from rlsys.config import EnvConfig, build
-from rlsys.env import EnvBrokenError
-from rlsys.evaluator import judge_inputs
-from rlsys.types import Step, Task, Trajectory
+from rlsys.core.env import EnvBrokenError
+from rlsys.core.evaluator import judge_inputs
+from rlsys.core.types import Step, Task, Trajectory
+from rlsys.envs.autoui_format import AutoUIAction, render_autoui
+from rlsys.envs.web.webenv import WebEnv
 
 
 def web_config(tmp_path, **env):

@@ -11,13 +11,13 @@ import pytest
 import ray
 from PIL import Image
 
-from actors.evaluator_pool import EvaluatorPool, PoolJudge, TokenBucket, start_pool
-from actors.referee import Referee
-from envs.evaluators.judges import JudgeQuery
 from rlsys.config import EvaluatorConfig, EvaluatorPoolConfig, JudgeConfig
-from rlsys.storage import read_trajectories
+from rlsys.core.types import Observation, Step, Task, Trajectory
+from rlsys.data.shards import read_trajectories
+from rlsys.envs.evaluators.judges import JudgeQuery
+from rlsys.envs.evaluators.pool import EvaluatorPool, PoolJudge, TokenBucket, start_pool
+from rlsys.envs.evaluators.referee import Referee
 from rlsys.trainer import Trainer
-from rlsys.types import Observation, Step, Task, Trajectory
 from tests.conftest import make_config
 from tests.http_stubs import BedrockStub, GeminiStub, OpenAIStub, Reply, api_key
 
@@ -349,7 +349,7 @@ async def _fuzzy_twice(pool):
 
 
 def test_webarena_fuzzy_match_in_a_real_browser_goes_through_the_pool(ray_session, tmp_path, site):
-    from envs.web.webenv import WebEnv
+    from rlsys.envs.web.webenv import WebEnv
     from tests.test_env_web import pae, task, web_config
 
     checks = {"eval_types": ["string_match"], "reference_answers": {"fuzzy_match": ["about 20 minutes"]}}

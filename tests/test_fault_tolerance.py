@@ -11,13 +11,13 @@ import time
 import pytest
 import ray
 
-from actors.pool import RunnerPool
-from learners.group import LearnerFailed
-from rlsys import checkpoint
+from rlsys.actors.pool import RunnerPool
+from rlsys.actors.weight_store import WeightStore
+from rlsys.core.types import Task
+from rlsys.data import checkpoint
+from rlsys.learners.group import LearnerFailed
 from rlsys.metrics import read_metrics
 from rlsys.trainer import Trainer
-from rlsys.types import Task
-from rlsys.weights import WeightStore
 from tests.conftest import make_config
 
 
@@ -103,7 +103,7 @@ def test_a_slot_that_keeps_failing_backs_off_and_recovers(store, tmp_path, caplo
     cfg = sim_config(tmp_path, step_s=0.3, max_steps=2, policy__kind="random", runners__restart_backoff_s=0.5,
                      runners__restart_backoff_max_s=1.5)  # fmt: skip
     pool = RunnerPool(cfg, store)
-    caplog.set_level(logging.WARNING, logger="actors.pool")
+    caplog.set_level(logging.WARNING, logger="rlsys.actors.pool")
     try:
 
         def kill_mid_episode(i: int) -> float:

@@ -5,11 +5,11 @@ import time
 import ray
 import torch
 
-from actors.inference_server import RemoteInferenceServer, ServedPolicy
-from actors.pool import RunnerPool
+from rlsys.actors.inference_server import RemoteInferenceServer, ServedPolicy
+from rlsys.actors.pool import RunnerPool
+from rlsys.actors.weight_store import WeightStore
+from rlsys.envs.tasks import miniwob_task
 from rlsys.policies import build_policy
-from rlsys.tasks import miniwob_task
-from rlsys.weights import WeightStore
 from tests.conftest import make_config
 from tests.test_policy import observation
 

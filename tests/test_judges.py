@@ -9,8 +9,11 @@ import json
 import pytest
 from PIL import Image
 
-from envs.evaluators import check_setup
-from envs.evaluators.judges import (
+from rlsys.config import ConfigError, EvaluatorConfig, JudgeConfig, load_config
+from rlsys.core.types import Observation, Step, Task, Trajectory
+from rlsys.envs.evaluators import check_setup
+from rlsys.envs.evaluators.checks import FunctionCheck, load_hook
+from rlsys.envs.evaluators.judges import (
     VLMJudge,
     downscale,
     episode_query,
@@ -19,10 +22,7 @@ from envs.evaluators.judges import (
     parse_pae_verdict,
     parse_status,
 )
-from envs.evaluators.programmatic import FunctionCheck, load_hook
-from rlsys.config import ConfigError, EvaluatorConfig, JudgeConfig, load_config
-from rlsys.llm_clients import GeminiClient, LLMError
-from rlsys.types import Observation, Step, Task, Trajectory
+from rlsys.llm import GeminiClient, LLMError
 from tests.http_stubs import GeminiStub, Reply, api_key
 
 GEMINI_KEY = "AIza-stub-key-0123456789"

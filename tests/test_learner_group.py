@@ -8,11 +8,11 @@ import ray
 from PIL import Image
 from safetensors.torch import load as load_safetensors
 
-from actors.replay import ReplayBufferActor
-from learners.group import LearnerFailed, LearnerGroup
+from rlsys.actors.replay import ReplayBufferActor
+from rlsys.actors.weight_store import WeightStore
 from rlsys.config import ConfigError
-from rlsys.types import Observation, Step, Task, Trajectory
-from rlsys.weights import WeightStore
+from rlsys.core.types import Observation, Step, Task, Trajectory
+from rlsys.learners.group import LearnerFailed, LearnerGroup
 from tests.conftest import make_config
 
 

@@ -1,4 +1,4 @@
-"""The learners' numbers, checked against the formulas of REFERENCE.md §2.2–2.3 and §5 by hand."""
+"""The learners' numbers, checked by hand against the formulas in docs/algorithms/ (DigiRL, filtered BC, PAE)."""
 
 import math
 
@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from learners.advantages import curriculum_scores, digirl_compat, doubly_robust, keep_mask, top_quantile
-from learners.losses import clamp_probs, importance_weights, sequence_weighted_nll, token_mean_nll
-from learners.optim import ModuleOptimizer
-from learners.returns import discounted_returns, success_labels
-from learners.selection import non_empty, reward_quantile, select, shortest_successes
 from rlsys.config import LearnerConfig
-from rlsys.types import Observation, Step, Task, Trajectory
+from rlsys.core.returns import discounted_returns, success_labels
+from rlsys.core.types import Observation, Step, Task, Trajectory
+from rlsys.learners.digirl.advantages import curriculum_scores, digirl_compat, doubly_robust, keep_mask, top_quantile
+from rlsys.learners.losses import clamp_probs, importance_weights, sequence_weighted_nll, token_mean_nll
+from rlsys.learners.optim import ModuleOptimizer
+from rlsys.learners.selection import non_empty, reward_quantile, select, shortest_successes
 
 
 def traj(task: str, rewards, outcome: str | None = None, errors=None, tid: str | None = None) -> Trajectory:

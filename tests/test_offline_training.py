@@ -4,8 +4,8 @@ import time
 
 import pytest
 
-from rlsys import checkpoint
 from rlsys.config import ConfigError, check_paths
+from rlsys.data import checkpoint
 from rlsys.metrics import read_metrics
 from rlsys.trainer import Trainer
 from tests.conftest import assert_no_browsers_left, browsers_started_after, make_config
@@ -108,7 +108,7 @@ def test_missing_offline_data_and_model_paths_name_their_key(tmp_path):
 
 def test_offline_digirl_trains_an_autoui_policy_on_imported_digirl_data(ray_session, tmp_path):
     """import-digirl -> shards -> the offline phase, with the cached BLIP-2 features as the only images."""
-    from rlsys.data import main as data_main
+    from rlsys.data.digirl_files import main as data_main
     from tests.test_data_import import digirl_data, save
 
     (tmp_path / "shots").mkdir()

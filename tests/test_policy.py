@@ -3,12 +3,12 @@ import random
 import pytest
 import torch
 
-from envs.web.spaces import ParseError
-from envs.web.spaces.element import grammar, parse, render
 from rlsys.config import PolicyConfig
-from rlsys.grammar import Grammar
+from rlsys.core.grammar import Grammar
+from rlsys.core.types import Observation
+from rlsys.envs.web.spaces import ParseError
+from rlsys.envs.web.spaces.element import grammar, parse, render
 from rlsys.policies import build_policy
-from rlsys.types import Observation
 
 CFG = PolicyConfig(d_model=32, d_ff=64, num_heads=2, max_new_tokens=24)
 

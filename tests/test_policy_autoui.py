@@ -10,9 +10,9 @@ from safetensors.torch import save_file
 from transformers import ByT5Tokenizer, T5Config, T5ForConditionalGeneration
 
 from rlsys.config import PolicyConfig
-from rlsys.image_features import FEATURE_KEY
+from rlsys.core.types import Observation
 from rlsys.policies.autoui import AutoUIModel, AutoUIPolicy
-from rlsys.types import Observation
+from rlsys.policies.image_features import FEATURE_KEY
 
 TINY = dict(d_model=32, d_ff=64, num_layers=1, num_heads=2, image_feature_dim=16, image_size=32)
 CFG = PolicyConfig(kind="autoui", max_new_tokens=16, **TINY)

@@ -9,13 +9,13 @@ import pytest
 import torch
 from PIL import Image
 
-from envs.web.spaces import element
 from rlsys.config import LoraConfig, PolicyConfig
-from rlsys.grammar import Grammar
+from rlsys.core.grammar import Grammar
+from rlsys.core.types import Observation
+from rlsys.envs.web.spaces import element
 from rlsys.policies import build_policy
 from rlsys.policies.prompts import pae_prompt
 from rlsys.policies.vlm import language_model_linear_layers
-from rlsys.types import Observation
 
 ARCHS = ["llava", "qwen2_vl"]
 
@@ -199,7 +199,7 @@ def test_4bit_without_bitsandbytes_says_how_to_fix_it(tmp_path):
 
 def test_a_runner_replica_shares_the_learners_frozen_base(tmp_path):
     """Runners get only adapters, so a base built from config must be the learner's."""
-    from actors.runner import EnvRunner
+    from rlsys.actors.runner import EnvRunner
     from tests.conftest import make_config
 
     cfg = make_config(

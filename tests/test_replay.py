@@ -1,8 +1,8 @@
 import pytest
 import ray
 
-from actors.replay import ReplayBufferActor
-from rlsys.replay import ReplayBuffer
+from rlsys.actors.replay import ReplayBufferActor
+from rlsys.data.replay import ReplayBuffer
 from tests.test_storage import trajectory
 
 

@@ -11,11 +11,10 @@ import safetensors.numpy
 import torch
 from PIL import Image
 
-from learners.filtered_bc import FilteredBC
 from rlsys.config import LearnerConfig, LoraConfig, PolicyConfig
-from rlsys.policies import build_policy
-from rlsys.policies.prompts import agent_prompt
-from rlsys.representations import (
+from rlsys.core.types import Observation, Step, Task, Trajectory
+from rlsys.data.shards import read_shard, write_shard
+from rlsys.learners.digiq.representations import (
     METHOD_KEY,
     METHODS,
     MODEL_KEY,
@@ -28,9 +27,10 @@ from rlsys.representations import (
     expected_model_id,
     model_id,
 )
-from rlsys.screen_change import CHANGE_PROMPT, change_examples, change_score
-from rlsys.storage import read_shard, write_shard
-from rlsys.types import Observation, Step, Task, Trajectory
+from rlsys.learners.digiq.screen_change import CHANGE_PROMPT, change_examples, change_score
+from rlsys.learners.filtered_bc import FilteredBC
+from rlsys.policies import build_policy
+from rlsys.policies.prompts import agent_prompt
 
 ARCHS = ["llava", "qwen2_vl"]
 W, H = 64, 48

@@ -10,11 +10,11 @@ import psutil
 import pytest
 import ray
 
-from actors.pool import RunnerPool
-from actors.runner import RemoteEnvRunner
+from rlsys.actors.pool import RunnerPool
+from rlsys.actors.runner import RemoteEnvRunner
+from rlsys.actors.weight_store import WeightStore
+from rlsys.envs.tasks import miniwob_task
 from rlsys.policies import build_policy
-from rlsys.tasks import miniwob_task
-from rlsys.weights import WeightStore
 from tests.conftest import make_config
 
 # In drag-items only a drag ends the episode, and our actions never drag: episodes run to the
@@ -137,8 +137,8 @@ def test_actor_killed_mid_episode_is_env_error_and_pool_replaces_it(pool):
 
 
 def test_runner_plays_a_web_suite_and_keeps_what_the_env_reported(ray_session, tmp_path, site):
-    from envs.web.task_files import load_task_file
-    from rlsys.storage import read_shard, write_shard
+    from rlsys.data.shards import read_shard, write_shard
+    from rlsys.envs.web.task_files import load_task_file
 
     checks = {"eval_types": ["url_match"], "reference_url": "__SITE__/actions.html"}
     row = {"web_name": "local", "id": "local--0", "ques": "Stay here", "web": "__SITE__/actions.html", "eval": checks}

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 import ray
 
-from envs.sim import SimEnv
 from rlsys.config import ConfigError, load_config
-from rlsys.env import EnvBrokenError
+from rlsys.core.env import EnvBrokenError
+from rlsys.core.types import Observation, Task
+from rlsys.envs.sim import SimEnv
 from rlsys.policies import build_policy
 from rlsys.policies.random_agent import RandomPolicy
-from rlsys.types import Observation, Task
 from tests.conftest import make_config
 
 Z90 = 1.2816  # the standard normal's 90th percentile
@@ -244,8 +244,8 @@ def sim_runner_config(tmp_path, **sim):
 
 
 def test_a_sim_runner_never_loads_torch(ray_session, tmp_path):
-    from actors.runner import RemoteEnvRunner
-    from rlsys.weights import WeightStore
+    from rlsys.actors.runner import RemoteEnvRunner
+    from rlsys.actors.weight_store import WeightStore
 
     cfg = sim_runner_config(tmp_path, success_prob=0.0)
     store = ray.remote(WeightStore).options(num_cpus=0).remote()
@@ -271,8 +271,8 @@ def test_a_sim_runner_never_loads_torch(ray_session, tmp_path):
 
 
 def test_a_pool_of_sim_runners_plays_episodes_and_survives_hangs(ray_session, tmp_path):
-    from actors.pool import RunnerPool
-    from rlsys.weights import WeightStore
+    from rlsys.actors.pool import RunnerPool
+    from rlsys.actors.weight_store import WeightStore
 
     cfg = sim_runner_config(tmp_path, success_prob=0.15, hang_prob=0.1)
     cfg.runners.num = 4

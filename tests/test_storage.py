@@ -5,8 +5,8 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from rlsys.storage import ShardWriter, StorageError, read_shard, read_trajectories
-from rlsys.types import Observation, Step, Task, Trajectory
+from rlsys.core.types import Observation, Step, Task, Trajectory
+from rlsys.data.shards import ShardWriter, StorageError, read_shard, read_trajectories
 
 
 def png(seed: int, size=(64, 48)) -> bytes:

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from envs.web.task_files import TaskFileError, allowed_domains, load_task_file
+from rlsys.envs.web.task_files import TaskFileError, allowed_domains, load_task_file
 
 URL_MAP = {"__SHOPPING__": "http://127.0.0.1:7770", "__MAP__": "http://127.0.0.1:3000/"}
 

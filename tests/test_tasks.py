@@ -4,9 +4,9 @@ import pytest
 import yaml
 from conftest import make_config
 
-from envs.web.miniwob import available_tasks
 from rlsys.config import ConfigError
-from rlsys.tasks import TaskSource, check_tasks, eval_groups, eval_tasks
+from rlsys.envs.tasks import TaskSource, check_tasks, eval_groups, eval_tasks
+from rlsys.envs.web.miniwob import available_tasks
 
 
 def write_tasks(path, rows):

@@ -11,11 +11,11 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from rlsys import checkpoint
 from rlsys.config import to_dict
+from rlsys.data import checkpoint
+from rlsys.data.shards import read_trajectories
 from rlsys.eval import main as eval_main
 from rlsys.metrics import read_metrics
-from rlsys.storage import read_trajectories
 from rlsys.trainer import Trainer
 from tests.conftest import assert_no_browsers_left, make_config
 

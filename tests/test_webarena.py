@@ -8,7 +8,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from envs.web.webarena import evaluate, program_html, string_match, url_match
+from rlsys.envs.web.webarena import evaluate, program_html, string_match, url_match
 
 PAGES = {
     "index.html": """<html><body>
@@ -197,7 +197,7 @@ def site(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def driver():
-    from envs.web.browser import Browser
+    from rlsys.envs.web.browser import Browser
 
     chromium, chromedriver = shutil.which("chromium"), shutil.which("chromedriver")
     if not (chromium and chromedriver):

@@ -8,7 +8,8 @@ import pytest
 import ray
 import torch
 
-from rlsys.weights import PackedStateDict, WeightStore, pack_state_dict, pull_if_newer
+from rlsys.actors.weight_store import WeightStore, pull_if_newer
+from rlsys.policies.weights import PackedStateDict, pack_state_dict
 
 
 def state_dict() -> dict:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, replace
 
-from envs.autoui import TAP_MAX_PX, AutoUIAction, AutoUIParseError, is_tap, parse_autoui, render_autoui
+from rlsys.envs.autoui_format import TAP_MAX_PX, AutoUIAction, AutoUIParseError, is_tap, parse_autoui, render_autoui
 
 KINDS = ("tap", "swipe", "type", "home", "back", "enter", "complete", "impossible")
 FORMATS = ("autoui", "cogagent")

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rlsys.env import EnvBrokenError
+from rlsys.core.env import EnvBrokenError
 
 KEY_HOME, KEY_BACK, KEY_TAB, KEY_ENTER = 3, 4, 61, 66
 _KEYS = {"\n": KEY_ENTER, "\t": KEY_TAB}

@@ -18,9 +18,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from envs.android.device import run_shell
 from rlsys.config import AndroidConfig
-from rlsys.env import EnvBrokenError, EnvSetupError
+from rlsys.core.env import EnvBrokenError, EnvSetupError
+from rlsys.envs.android.device import run_shell
 
 log = logging.getLogger(__name__)
 

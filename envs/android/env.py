@@ -16,8 +16,11 @@ from typing import Callable
 
 import numpy as np
 
-from envs.android.actions import ActionParseError, AndroidAction, parse_action, to_pixels
-from envs.android.device import (
+from rlsys.config import EnvConfig
+from rlsys.core.env import EnvBrokenError
+from rlsys.core.types import Observation, StepResult, Task
+from rlsys.envs.android.actions import ActionParseError, AndroidAction, parse_action, to_pixels
+from rlsys.envs.android.device import (
     KEY_BACK,
     KEY_ENTER,
     KEY_HOME,
@@ -26,10 +29,7 @@ from envs.android.device import (
     Screen,
     UnicodeInputError,
 )
-from envs.android.emulator import ConsoleError, Lease, load_snapshot
-from rlsys.config import EnvConfig
-from rlsys.env import EnvBrokenError
-from rlsys.types import Observation, StepResult, Task
+from rlsys.envs.android.emulator import ConsoleError, Lease, load_snapshot
 
 _KEY_ACTIONS = {"home": KEY_HOME, "back": KEY_BACK, "enter": KEY_ENTER}
 TERMINAL = frozenset({"complete", "impossible"})

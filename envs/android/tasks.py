@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from envs.web.task_files import TaskFileError
-from rlsys.types import Task
+from rlsys.core.types import Task
+from rlsys.envs.web.task_files import TaskFileError
 
 START = {"aitw-general": "home", "aitw-webshop": "browser"}
 

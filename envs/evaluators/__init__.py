@@ -1,4 +1,4 @@
-"""Evaluators: programmatic checks and VLM judges, all returning a `rlsys.evaluator.Verdict`."""
+"""Evaluators: programmatic checks and VLM judges, all returning a `rlsys.core.evaluator.Verdict`."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from rlsys.config import ConfigError, EvaluatorConfig
 def check_setup(cfg: EvaluatorConfig) -> None:
     """Load what the configured evaluator needs (prompt, exemplars, credentials, hook), so that a problem
     is a ConfigError naming its key before any process starts."""
-    from envs.evaluators.judges import VLMJudge, make_judge_clients
-    from envs.evaluators.programmatic import load_hook
+    from rlsys.envs.evaluators.checks import load_hook
+    from rlsys.envs.evaluators.judges import VLMJudge, make_judge_clients
 
     try:
         if cfg.kind == "function":

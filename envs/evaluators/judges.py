@@ -1,4 +1,4 @@
-"""VLM judges (REFERENCE.md §4): what a judge is shown, and how its reply becomes a verdict.
+"""VLM judges (docs/evaluators.md#judges): what a judge is shown, and how its reply becomes a verdict.
 
 Two styles:
 - `digirl`: few-shot exemplars (screenshot, task, written judgement), then the current screen,
@@ -24,10 +24,10 @@ from functools import cache
 from pathlib import Path
 
 from rlsys.config import JudgeConfig
-from rlsys.evaluator import judge_inputs
-from rlsys.llm_clients import BedrockClaudeClient, ChatClient, GeminiClient, OpenAIChatClient
-from rlsys.prompts import packaged, read_template
-from rlsys.types import Task, Trajectory
+from rlsys.core.evaluator import judge_inputs
+from rlsys.core.templates import packaged, read_template
+from rlsys.core.types import Task, Trajectory
+from rlsys.llm import BedrockClaudeClient, ChatClient, GeminiClient, OpenAIChatClient
 
 STYLE_TEMPLATES = {"digirl": "digirl_judge", "pae": "pae_judge"}
 TEMPLATES = (*STYLE_TEMPLATES.values(), "fuzzy_match")
@@ -175,7 +175,7 @@ def parse_pae_verdict(reply: str) -> tuple[bool | None, str]:
 @cache
 def template(name: str) -> str:
     """A packaged judge prompt by name, or a user's `.txt` file."""
-    return read_template(name, packaged("envs.evaluators", "prompts"), TEMPLATES, "evaluator.judge.prompt")
+    return read_template(name, packaged("rlsys.envs.evaluators", "templates"), TEMPLATES, "evaluator.judge.prompt")
 
 
 def load_exemplars(folder: str | os.PathLike, factor: int) -> list[Exemplar]:

@@ -13,7 +13,7 @@ from selenium import webdriver
 from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.chrome.service import Service
 
-from rlsys.env import EnvSetupError
+from rlsys.core.env import EnvSetupError
 
 # Without the background-networking flags Chromium keeps dialing out on every start; on a
 # machine with no network that costs time and floods the logs.

@@ -11,11 +11,11 @@ from collections import OrderedDict
 from functools import cache
 from pathlib import Path
 
-from envs.web.webenv import BROKEN, WebEnv
 from rlsys.config import EnvConfig
-from rlsys.env import EnvBrokenError, EnvSetupError
-from rlsys.evaluator import Verdict
-from rlsys.types import Observation, Task
+from rlsys.core.env import EnvBrokenError, EnvSetupError
+from rlsys.core.evaluator import Verdict
+from rlsys.core.types import Observation, Task
+from rlsys.envs.web.webenv import BROKEN, WebEnv
 
 
 @cache

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from urllib.parse import urlparse
 
-from rlsys.types import Task
+from rlsys.core.types import Task
 
 REQUIRED_KEYS = ("web_name", "id", "ques", "web")
 EVAL_TYPES = ("string_match", "url_match", "program_html")

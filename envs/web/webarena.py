@@ -12,7 +12,7 @@ from urllib.parse import parse_qs, unquote, urlparse
 
 from selenium.common.exceptions import JavascriptException, WebDriverException
 
-from rlsys.evaluator import Verdict
+from rlsys.core.evaluator import Verdict
 
 OR_SEPARATOR = " |OR| "
 # quotes and sentence punctuation a model tends to wrap an answer in

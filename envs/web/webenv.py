@@ -17,14 +17,14 @@ from urllib.parse import urlsplit
 from selenium.common.exceptions import JavascriptException, UnexpectedAlertPresentException, WebDriverException
 from urllib3.exceptions import HTTPError
 
-from envs.web import spaces
-from envs.web.browser import Browser
-from envs.web.marks import draw_marks
-from envs.web.spaces import TERMINAL, WebAction
-from envs.web.webarena import evaluate
 from rlsys.config import EnvConfig
-from rlsys.env import EnvBrokenError, EnvSetupError
-from rlsys.types import Observation, StepResult, Task
+from rlsys.core.env import EnvBrokenError, EnvSetupError
+from rlsys.core.types import Observation, StepResult, Task
+from rlsys.envs.web import spaces
+from rlsys.envs.web.browser import Browser
+from rlsys.envs.web.marks import draw_marks
+from rlsys.envs.web.spaces import TERMINAL, WebAction
+from rlsys.envs.web.webarena import evaluate
 
 # Errors that mean the browser is gone or hung rather than that the action was bad.
 BROKEN = (WebDriverException, HTTPError, ConnectionError, TimeoutError)

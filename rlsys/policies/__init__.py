@@ -1,4 +1,4 @@
-"""Policies behind the Policy contract (DESIGN.md §3).
+"""Policies behind the Policy contract (docs/architecture.md#contracts).
 
 Every policy offers `act(observations, greedy=False) -> [ActionSample]` (batched; the behaviour
 log-prob of what was sampled, or None for hosted models), `token_logprobs` / `log_probs` by

@@ -13,10 +13,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from rlsys.config import PolicyConfig
-from rlsys.llm_clients import ChatClient, ChatReply, LLMError, make_client, with_retries
+from rlsys.core.types import ActionSample, Observation
+from rlsys.llm import ChatClient, ChatReply, LLMError, make_client, with_retries
 from rlsys.policies.prompts import agent_prompt
 from rlsys.policies.weightless import WeightlessPolicy
-from rlsys.types import ActionSample, Observation
 
 CONFIG_NAME = "api_policy.json"
 

@@ -23,13 +23,13 @@ from transformers import (
 from transformers.modeling_outputs import BaseModelOutput
 
 from rlsys.config import PolicyConfig
-from rlsys.image_features import PooledImageFeatures
+from rlsys.core.types import ActionSample, Observation
 from rlsys.policies.base import HFPolicy, torch_dtype
 from rlsys.policies.grammar_decoding import GrammarLogitsProcessor
+from rlsys.policies.image_features import PooledImageFeatures
 from rlsys.policies.prompts import autoui_prompt
 from rlsys.policies.sampling import samples_from, sampling_kwargs, scored_tokens
 from rlsys.policies.tiny_t5 import byte_t5_config
-from rlsys.types import ActionSample, Observation
 
 
 class AutoUIModel(T5ForConditionalGeneration):

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 import torch
 
 from rlsys.config import PolicyConfig
+from rlsys.core.types import Observation
 from rlsys.policies.grammar_decoding import TokenTable, grammars_of
-from rlsys.types import Observation
 
 
 def torch_dtype(cfg: PolicyConfig, device: str) -> torch.dtype:

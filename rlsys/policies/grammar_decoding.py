@@ -1,6 +1,6 @@
 """Grammar-constrained decoding for any tokenizer.
 
-An env may publish, per observation, the set of actions valid there (`rlsys.grammar.Grammar`).
+An env may publish, per observation, the set of actions valid there (`rlsys.core.grammar.Grammar`).
 `GrammarLogitsProcessor` keeps generation inside it: at every step only tokens whose text
 continues a valid action keep their logits, and EOS only where an action may end. The tokens'
 texts are computed once per tokenizer (`TokenTable`), so the same code serves byte-level
@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from transformers import LogitsProcessor
 
-from rlsys.grammar import PRINTABLE, Grammar
+from rlsys.core.grammar import PRINTABLE, Grammar
 
 
 def special_token_ids(tokenizer) -> set[int]:

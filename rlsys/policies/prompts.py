@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from functools import cache
 
-from rlsys.prompts import packaged, read_template
-from rlsys.types import Observation
+from rlsys.core.templates import packaged, read_template
+from rlsys.core.types import Observation
 
 TEMPLATES = ("pae_agent", "element_agent", "android_autoui", "android_cogagent", "digiq_change")
 
@@ -17,7 +17,7 @@ TEMPLATES = ("pae_agent", "element_agent", "android_autoui", "android_cogagent",
 @cache
 def template(name: str) -> str:
     """A packaged template by name, or a user's template file (`.txt`)."""
-    return read_template(name, packaged("rlsys.policies", "prompts"), TEMPLATES, "policy.prompt")
+    return read_template(name, packaged("rlsys.policies", "templates"), TEMPLATES, "policy.prompt")
 
 
 def agent_prompt(obs: Observation, name: str = "pae_agent") -> str:
@@ -42,7 +42,7 @@ def agent_prompt(obs: Observation, name: str = "pae_agent") -> str:
 
 
 def autoui_prompt(obs: Observation) -> str:
-    """AutoUI's prompt: only the previous action and the goal (REFERENCE.md §2.1)."""
+    """AutoUI's prompt: only the previous action and the goal (docs/algorithms/digirl.md#networks)."""
     previous = obs.extras.get("previous_actions") or []
     return f"Previous Actions: {previous[-1] if previous else ''} Goal: {obs.task}"
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from rlsys.config import PolicyConfig
+from rlsys.core.types import ActionSample, Observation
 from rlsys.policies.weightless import WeightlessPolicy
-from rlsys.types import ActionSample, Observation
 
 _ELEMENT = re.compile(r"^\s*\[(\d+)\]", re.MULTILINE)
 _CLICK = re.compile(r"^\s*click\s*\[\s*(\d+)\s*\]\s*$", re.IGNORECASE)

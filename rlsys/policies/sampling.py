@@ -13,8 +13,8 @@ from collections.abc import Callable
 
 import torch
 
+from rlsys.core.types import ActionSample
 from rlsys.policies.grammar_decoding import grammar_logit_mask
-from rlsys.types import ActionSample
 
 
 def sampling_kwargs(temperature: float, max_new_tokens: int, greedy: bool) -> dict:

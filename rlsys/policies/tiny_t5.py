@@ -13,10 +13,10 @@ import torch
 from transformers import ByT5Tokenizer, LogitsProcessorList, T5Config, T5ForConditionalGeneration
 
 from rlsys.config import PolicyConfig
+from rlsys.core.types import ActionSample, Observation
 from rlsys.policies.base import HFPolicy
 from rlsys.policies.grammar_decoding import GrammarLogitsProcessor
 from rlsys.policies.sampling import samples_from, sampling_kwargs, scored_tokens
-from rlsys.types import ActionSample, Observation
 
 
 def byte_t5_config(cfg: PolicyConfig, tokenizer: ByT5Tokenizer, **extra) -> T5Config:

@@ -19,6 +19,7 @@ import torch
 from transformers import AutoModelForImageTextToText, LogitsProcessorList
 
 from rlsys.config import PolicyConfig
+from rlsys.core.types import ActionSample, Observation
 from rlsys.policies.base import HFPolicy, torch_dtype
 from rlsys.policies.grammar_decoding import (
     GrammarLogitsProcessor,
@@ -28,7 +29,6 @@ from rlsys.policies.presets import PRESETS
 from rlsys.policies.prompts import agent_prompt
 from rlsys.policies.sampling import samples_from, sampling_kwargs, scored_tokens
 from rlsys.policies.vlm_inputs import VisionTextInputs
-from rlsys.types import ActionSample, Observation
 
 ADAPTER_DIR = "adapter"
 BASE_DIR = "base"

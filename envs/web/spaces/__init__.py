@@ -59,7 +59,7 @@ class WebAction:
 def get(name: str) -> ModuleType:
     if name not in SPACES:
         raise ValueError(f"unknown action space {name!r}; expected one of {SPACES}")
-    return importlib.import_module(f"envs.web.spaces.{name}")
+    return importlib.import_module(f"rlsys.envs.web.spaces.{name}")
 
 
 def try_parse(space: ModuleType, text: str, num_elements: int) -> tuple[WebAction | None, str | None]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from envs.autoui import AutoUIAction, AutoUIParseError, is_tap, parse_autoui, render_autoui
-from envs.web.spaces import ParseError, WebAction, checked_render
+from rlsys.envs.autoui_format import AutoUIAction, AutoUIParseError, is_tap, parse_autoui, render_autoui
+from rlsys.envs.web.spaces import ParseError, WebAction, checked_render
 
 # Only decides tap vs swipe; points stay fractions of whatever the real viewport is.
 VIEWPORT = (1024, 768)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from envs.web.spaces import ParseError, WebAction
-from rlsys.grammar import Grammar
+from rlsys.core.grammar import Grammar
+from rlsys.envs.web.spaces import ParseError, WebAction
 
 _ACTION = re.compile(r"^\s*(click|type)\s*\[\s*(\d+)\s*\]\s*(.*?)\s*$", re.IGNORECASE | re.DOTALL)
 

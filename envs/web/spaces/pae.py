@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from envs.web.spaces import ParseError, WebAction, checked_render
+from rlsys.envs.web.spaces import ParseError, WebAction, checked_render
 
 USAGE = (
     "Click [N], Type [N]; [text], Scroll [N or WINDOW]; [up or down], Wait, GoBack, Google, Goto [url], ANSWER; [text]"

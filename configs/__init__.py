@@ -1,0 +1,1 @@
+"""The experiment files, shipped inside the package so that `--config NAME` finds them from any folder."""

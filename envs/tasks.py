@@ -1,0 +1,151 @@
+"""Task sources: which task an env runner plays next, and the fixed evaluation problems."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from pathlib import Path
+
+from rlsys.config import ConfigError, TasksConfig
+from rlsys.core.types import Task
+
+EVAL_SEED_BASE = 1_000_000  # evaluation problems never share a seed with training ones
+
+
+def miniwob_task(name: str, seed: int, split: str) -> Task:
+    return Task(id=f"{name}#{seed}", instruction="", suite="miniwob", split=split, start=name, meta={"seed": seed})
+
+
+def task_group(task: Task) -> str:
+    """What success rates are reported per: the MiniWoB++ task, or the website."""
+    return task.start if task.suite == "miniwob" else task.meta.get("web_name") or task.suite
+
+
+def miniwob_names(names: list[str]) -> list[str]:
+    """`["all"]` means every task the installed `miniwob` package ships; unknown names are an error."""
+    from rlsys.envs.web.miniwob import available_tasks
+
+    available = available_tasks()
+    if names == ["all"]:
+        return available
+    unknown = [n for n in names if n not in available]
+    if unknown:
+        raise ConfigError(f"tasks: unknown MiniWoB++ task(s) {unknown}; see envs.web.miniwob.available_tasks()")
+    return list(names)
+
+
+def load_suite(cfg: TasksConfig, split: str) -> list[Task]:
+    """The tasks of a web or AitW suite from its file (`tasks.eval_file` for evaluation, if set)."""
+    path = (cfg.eval_file or cfg.file) if split == "eval" else cfg.file
+    kind = "an AitW text file, one instruction per line" if is_aitw(cfg.suite) else "a JSONL task file"
+    if not path:
+        raise ConfigError(f"tasks.suite = {cfg.suite!r} needs tasks.file ({kind})")
+    if not Path(path).is_file():
+        key = "tasks.eval_file" if split == "eval" and cfg.eval_file else "tasks.file"
+        raise ConfigError(f"{key}: {path} does not exist")
+    if is_aitw(cfg.suite):
+        from rlsys.envs.android.tasks import load_aitw_file
+
+        return load_aitw_file(path, cfg.suite, split)
+    from rlsys.envs.web.task_files import load_task_file
+
+    return load_task_file(path, split=split, url_map=cfg.url_map, suite=cfg.suite)
+
+
+def is_aitw(suite: str) -> bool:
+    return suite.startswith("aitw-")
+
+
+class TaskSource:
+    """Training tasks, drawn at random (or in order); MiniWoB++ problems get fresh seeds.
+    Its state is checkpointed, so a resumed run draws the tasks it would have drawn."""
+
+    def __init__(self, cfg: TasksConfig, seed: int = 0):
+        self.suite = cfg.suite
+        self.sampling = cfg.sampling
+        if cfg.suite == "miniwob":
+            self.pool: list = miniwob_names(cfg.train)
+        else:
+            self.pool = load_suite(cfg, "train")
+        if not self.pool:
+            raise ConfigError("tasks: the training task list is empty")
+        self._rng = random.Random(seed)
+        self.drawn = 0
+        self._base = list(self.pool)
+        self.added: list[Task] = []  # tasks added after loading (e.g. proposed ones), in order
+
+    def next(self) -> Task:
+        if self.sampling == "sequential":
+            item = self.pool[self.drawn % len(self.pool)]
+        else:
+            item = self._rng.choice(self.pool)
+        self.drawn += 1
+        if self.suite == "miniwob":
+            return miniwob_task(item, self._rng.randrange(EVAL_SEED_BASE), "train")
+        return dataclasses.replace(item, meta=dict(item.meta))
+
+    def add(self, tasks: list[Task]) -> int:
+        """Add web tasks (such as proposed ones) to the training pool, after the others; a task whose id
+        is already in the pool is skipped. Returns how many were added. Added tasks are checkpointed."""
+        if self.suite == "miniwob":
+            raise ValueError("TaskSource.add: the miniwob suite's tasks are MiniWoB++ names; tasks cannot be added")
+        ids = {task.id for task in self.pool}
+        added = 0
+        for task in tasks:
+            if not isinstance(task, Task):
+                raise TypeError(f"TaskSource.add takes Tasks, got {type(task).__name__}")
+            if task.id in ids:
+                continue
+            task = dataclasses.replace(task, meta=dict(task.meta))
+            self.pool.append(task)
+            self.added.append(task)
+            ids.add(task.id)
+            added += 1
+        return added
+
+    def state_dict(self) -> dict:
+        version, internal, gauss = self._rng.getstate()
+        return {
+            "drawn": self.drawn,
+            "rng": [version, list(internal), gauss],
+            "added": [dataclasses.asdict(task) for task in self.added],
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        version, internal, gauss = state["rng"]
+        self._rng.setstate((version, tuple(internal), gauss))
+        self.drawn = state["drawn"]
+        self.pool = list(self._base)
+        self.added = []
+        if state.get("added"):
+            self.add([Task(**task) for task in state["added"]])
+
+
+def eval_tasks(cfg: TasksConfig, episodes: int) -> list[Task]:
+    """The same problems at every evaluation: MiniWoB++ tasks spread evenly with fixed seeds; a web or
+    AitW suite's evaluation tasks in file order (at most `episodes`, repeated if there are fewer): AitW's
+    protocol is the first 96 of the test file."""
+    if cfg.suite == "miniwob":
+        names = miniwob_names(cfg.eval or cfg.train)
+        return [miniwob_task(names[i % len(names)], EVAL_SEED_BASE + i, "eval") for i in range(episodes)]
+    tasks = load_suite(cfg, "eval")
+    return [dataclasses.replace(tasks[i % len(tasks)]) for i in range(episodes)]
+
+
+def eval_groups(tasks: list[Task]) -> list[str]:
+    return list(dict.fromkeys(task_group(t) for t in tasks))
+
+
+def check_tasks(cfg: TasksConfig, env_kind: str) -> None:
+    """Every task problem as a ConfigError, before anything starts: a suite the env cannot play,
+    an unknown task name, a bad task file (with its line number)."""
+    from rlsys.envs.web.task_files import TaskFileError
+
+    wanted = "miniwob" if cfg.suite == "miniwob" else "android" if is_aitw(cfg.suite) else "web"
+    if env_kind not in (wanted, "sim"):  # the simulated env plays any suite's tasks
+        raise ConfigError(f"tasks.suite = {cfg.suite!r} is played by env.kind = {wanted!r}, not {env_kind!r}")
+    try:
+        TaskSource(cfg)
+        eval_tasks(cfg, 1)
+    except TaskFileError as e:
+        raise ConfigError(str(e)) from None

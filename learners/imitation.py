@@ -1,0 +1,93 @@
+"""Weighted imitation of chosen (observation, action) pairs: the actor update of filtered BC, SFT,
+PAE and DigiRL, with the optional probability clamp and clipped importance weights."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+
+from rlsys.config import LearnerConfig
+from rlsys.core.types import Observation, Step, Trajectory
+from rlsys.learners.losses import LossSum, clamp_probs, importance_weights, sequence_nll, token_nll
+from rlsys.learners.optim import ModuleOptimizer, train_steps
+from rlsys.learners.selection import imitable_steps
+
+
+@dataclass
+class ActorSample:
+    observation: Observation
+    action: str
+    behaviour_logprob: float | None
+    weight: float = 1.0
+
+    @classmethod
+    def of(cls, step: Step) -> ActorSample:
+        return cls(step.observation, step.action_text, step.logprob)
+
+
+def samples_of(trajectories: list[Trajectory]) -> list[ActorSample]:
+    return [ActorSample.of(t.steps[i]) for t in trajectories for i in imitable_steps(t)]
+
+
+class ActorUpdate:
+    """`reduction`: `token_mean` (filtered BC, SFT, PAE: NLL per real token) or `sequence_mean`
+    (DigiRL: the batch mean of weight x the action's summed log-prob)."""
+
+    def __init__(
+        self,
+        cfg: LearnerConfig,
+        policy,
+        reduction: Literal["token_mean", "sequence_mean"],
+        correct_off_policy: bool,
+        seed: int = 0,
+    ):
+        self.cfg = cfg
+        self.policy = policy
+        self.reduction = reduction
+        self.correct_off_policy = correct_off_policy
+        self.optimizer = ModuleOptimizer("actor", policy.parameters(), cfg.lr, cfg.grad_clip)
+        self.rng = random.Random(seed)
+        self._stats: list[tuple[float, int, int]] = []
+
+    def loss(self, batch: list[ActorSample]) -> torch.Tensor:
+        return self.loss_sum(batch).mean()
+
+    def loss_sum(self, batch: list[ActorSample]) -> LossSum:
+        token_logp, mask = self.policy.token_logprobs([s.observation for s in batch], [s.action for s in batch])
+        weights = torch.tensor([s.weight for s in batch], device=token_logp.device, dtype=torch.float32)
+        if self.correct_off_policy:
+            rho, unknown = importance_weights(
+                token_logp.sum(-1), [s.behaviour_logprob for s in batch], self.cfg.importance_clip
+            )
+            weights = weights * rho
+            self._stats.append((float(rho.mean()), int((rho >= self.cfg.importance_clip).sum()), unknown))
+        if self.cfg.prob_clamp:
+            token_logp = clamp_probs(token_logp, mask)
+        if self.reduction == "token_mean":
+            return token_nll(token_logp, mask, weights)
+        return sequence_nll(token_logp, weights)
+
+    def run(self, items: list, steps: int, choose: Callable[[list], list[ActorSample]] | None = None) -> dict:
+        """`steps` updates on micro-batches drawn from `items`: ActorSamples, or anything `choose` turns into
+        the samples to imitate when the batch is drawn (Digi-Q's Best-of-N). A batch with nothing chosen
+        contributes no gradient."""
+        self.policy.train()
+        self._stats = []
+        metrics = train_steps(self.optimizer, items, self.loss_sum, steps, self.cfg, self.rng, select=choose)
+        if self._stats:
+            metrics["actor/importance_weight"] = float(np.mean([m for m, _, _ in self._stats]))
+            metrics["actor/importance_clipped"] = sum(c for _, c, _ in self._stats)
+            metrics["actor/no_behaviour_logprob"] = sum(u for _, _, u in self._stats)
+        return metrics
+
+    def state_dict(self) -> dict:
+        return {"optimizer": self.optimizer.state_dict(), "rng": self.rng.getstate()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.rng.setstate(state["rng"])

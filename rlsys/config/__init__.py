@@ -1,0 +1,74 @@
+"""Experiment configuration: YAML with `extends:`, dotted overrides, typed validation, secrets.
+
+Everything is checked before any process starts: an unknown key names itself and the closest
+valid key, a wrong type names the key path and the type expected. The schema is one module per
+section (run.py, env.py, policy.py, learner.py, evaluator.py; schema.py holds the root), the
+loader reads and validates files, and checks.py holds the rules that span sections.
+"""
+
+from rlsys.config.checks import check_consistency, check_paths
+from rlsys.config.env import AndroidConfig, EnvConfig, SimConfig, TasksConfig
+from rlsys.config.errors import ConfigError
+from rlsys.config.evaluator import EvaluatorConfig, EvaluatorPoolConfig, JudgeConfig, ProposerConfig
+from rlsys.config.learner import (
+    DigiQCandidatesConfig,
+    DigiQConfig,
+    DigiQRepresentationConfig,
+    DigiRLConfig,
+    LearnerConfig,
+)
+from rlsys.config.loader import (
+    REDACTED,
+    build,
+    config_path,
+    is_secret_name,
+    load_config,
+    packaged_configs,
+    redacted_dict,
+    save_config,
+    to_dict,
+    unresolved_dict,
+)
+from rlsys.config.policy import ApiConfig, LoraConfig, PolicyConfig, ServerConfig
+from rlsys.config.run import MetricsConfig, OfflineConfig, RayConfig, ReplayConfig, RunConfig, RunnersConfig
+from rlsys.config.schema import Config
+
+__all__ = [
+    "REDACTED",
+    "AndroidConfig",
+    "ApiConfig",
+    "Config",
+    "ConfigError",
+    "DigiQCandidatesConfig",
+    "DigiQConfig",
+    "DigiQRepresentationConfig",
+    "DigiRLConfig",
+    "EnvConfig",
+    "EvaluatorConfig",
+    "EvaluatorPoolConfig",
+    "JudgeConfig",
+    "LearnerConfig",
+    "LoraConfig",
+    "MetricsConfig",
+    "OfflineConfig",
+    "PolicyConfig",
+    "ProposerConfig",
+    "RayConfig",
+    "ReplayConfig",
+    "RunConfig",
+    "RunnersConfig",
+    "ServerConfig",
+    "SimConfig",
+    "TasksConfig",
+    "build",
+    "check_consistency",
+    "check_paths",
+    "config_path",
+    "is_secret_name",
+    "load_config",
+    "packaged_configs",
+    "redacted_dict",
+    "save_config",
+    "to_dict",
+    "unresolved_dict",
+]

@@ -1,0 +1,155 @@
+"""Rules that span keys or sections, and the files a config names; every error names the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rlsys.config.errors import ConfigError
+from rlsys.config.evaluator import EvaluatorConfig
+from rlsys.config.schema import Config
+
+
+def check_consistency(cfg: Config) -> None:
+    """Rules that span sections."""
+    android_spaces = ("autoui", "cogagent")
+    if (cfg.env.kind == "android") != (cfg.env.action_space in android_spaces):
+        wanted = "autoui or cogagent" if cfg.env.kind == "android" else "element, pae or coords"
+        raise ConfigError(f"env.kind = {cfg.env.kind!r} takes env.action_space {wanted}, got {cfg.env.action_space!r}")
+    if cfg.policy.kind == "autoui" and cfg.env.action_space not in ("coords", "autoui"):
+        raise ConfigError(
+            f"policy.kind = 'autoui' writes AutoUI actions: env.action_space must be autoui (Android) or coords (web), "
+            f"got {cfg.env.action_space!r}"
+        )
+    if cfg.runners.resource == "auto":
+        cfg.runners.resource = {"android": "android", "sim": "sim"}.get(cfg.env.kind, "browser")
+    if cfg.policy.kind == "random" and cfg.env.action_space != "element":
+        raise ConfigError(
+            f"policy.kind = 'random' clicks one of the observation's numbered elements (`click [k]`); "
+            f"set env.action_space = 'element' (got {cfg.env.action_space!r})"
+        )
+    if cfg.policy.kind == "tiny_t5" and cfg.env.action_space != "element":
+        raise ConfigError(
+            f"policy.kind = 'tiny_t5' decodes with the element grammar; set env.action_space = 'element' "
+            f"(got {cfg.env.action_space!r})"
+        )
+    if cfg.policy.prompt == "auto":
+        if cfg.policy.kind in ("vlm", "api") and cfg.env.action_space == "coords":
+            raise ConfigError("no packaged prompt for env.action_space 'coords'; set policy.prompt to a .txt template")
+        cfg.policy.prompt = {
+            "element": "element_agent",
+            "autoui": "android_autoui",
+            "cogagent": "android_cogagent",
+        }.get(cfg.env.action_space, "pae_agent")
+    if len(cfg.env.viewport) != 2 or min(cfg.env.viewport) <= 0:
+        raise ConfigError(f"env.viewport must be [width, height] in pixels, got {cfg.env.viewport}")
+    check_training(cfg)
+    check_evaluator(cfg.evaluator)
+    if cfg.proposer.every:
+        if cfg.tasks.suite == "miniwob":
+            raise ConfigError("proposer.every: MiniWoB++ tasks are fixed; proposing tasks needs a web suite")
+        if not cfg.proposer.llm.model_id:
+            raise ConfigError("proposer.every is set but proposer.llm.model_id names no model")
+
+
+def check_evaluator(ev: EvaluatorConfig) -> None:
+    judge, pool = ev.judge, ev.pool
+    if ev.kind == "judge" and judge.provider is None:
+        raise ConfigError("evaluator.kind = 'judge' needs evaluator.judge.provider (gemini, bedrock or openai)")
+    if ev.kind == "function" and not ev.function:
+        raise ConfigError(
+            f"evaluator.kind = 'function' needs evaluator.function = 'package.module:callable', got {ev.function!r}"
+        )
+    if judge.every_step and ev.kind != "judge":
+        raise ConfigError(f"evaluator.judge.every_step needs evaluator.kind = 'judge' (got {ev.kind!r})")
+    if judge.provider is not None:
+        if not judge.model_id:
+            raise ConfigError(f"evaluator.judge.model_id must name the judge model (provider {judge.provider!r})")
+        if judge.provider == "openai" and not judge.endpoint_url:
+            raise ConfigError(
+                "evaluator.judge.endpoint_url is required for provider 'openai' (e.g. http://127.0.0.1:8000/v1)"
+            )
+    if judge.screenshots < 1 or judge.downscale < 1:
+        raise ConfigError("evaluator.judge.screenshots and evaluator.judge.downscale must be at least 1")
+    if pool.max_concurrency < 1 or pool.burst < 1 or pool.rate_per_s <= 0 or pool.deadline_s <= 0:
+        raise ConfigError(
+            "evaluator.pool: max_concurrency and burst must be at least 1, rate_per_s and deadline_s above 0"
+        )
+
+
+def check_training(cfg: Config) -> None:
+    learner, training = cfg.learner, cfg.run.training
+    if training != "online" and not cfg.offline.data:
+        raise ConfigError(f"run.training = {training!r} needs offline.data: trajectory shard folders to learn from")
+    if learner.algorithm == "digirl":
+        if learner.offline_iterations:
+            raise ConfigError(
+                "learner.offline_iterations is for filtered_bc / sft; DigiRL's offline phase is "
+                "learner.digirl.offline_{instruction_critic,step_critic,actor}_iterations"
+            )
+    elif learner.algorithm == "digiq":
+        check_digiq(cfg)
+    elif training != "online" and learner.offline_iterations < 1:
+        raise ConfigError(f"run.training = {training!r} needs learner.offline_iterations >= 1")
+    for key in ("quantile", "shortest_fraction"):
+        if not 0 <= getattr(learner, key) <= 1:
+            raise ConfigError(f"learner.{key} must be within [0, 1], got {getattr(learner, key)}")
+    if learner.batch_size < 1 or learner.grad_accumulation < 1:
+        raise ConfigError("learner.batch_size and learner.grad_accumulation must be at least 1")
+    if learner.num_learners < 1:
+        raise ConfigError(f"learner.num_learners must be at least 1, got {learner.num_learners}")
+    if learner.num_learners > learner.batch_size:
+        raise ConfigError(
+            f"learner.num_learners ({learner.num_learners}) exceeds learner.batch_size ({learner.batch_size}): "
+            "some learners would train on nothing"
+        )
+
+
+def check_digiq(cfg: Config) -> None:
+    q = cfg.learner.digiq
+    if cfg.run.training != "offline":
+        raise ConfigError("learner.algorithm = 'digiq' learns from a fixed dataset: set run.training = 'offline'")
+    if not q.representation.model:
+        raise ConfigError(
+            "learner.digiq.representation.model: name the VLM folder (or the model id) the dataset's representations "
+            "came from (python -m rlsys.digiq represent)"
+        )
+    if not 0 < q.tau <= 1 or not 0 <= q.gamma <= 1:
+        raise ConfigError(f"learner.digiq.tau must be in (0, 1] and gamma in [0, 1], got {q.tau} and {q.gamma}")
+    if q.best_of_n < 1 or q.candidates.k < 1:
+        raise ConfigError("learner.digiq.best_of_n and learner.digiq.candidates.k must be at least 1")
+    if q.actor_iterations < 1 or (q.critic_iterations < 1 and not q.critic_path):
+        raise ConfigError(
+            "learner.digiq needs actor_iterations >= 1 and critic_iterations >= 1 (or critic_path, a finished critic)"
+        )
+
+
+PATH_KEYS = ("policy.path", "policy.vision_path", "evaluator.judge.exemplars")
+DIGIRL_PATH_KEYS = ("learner.digirl.text_encoder_path", "learner.digirl.vision_path")
+DIGIQ_PATH_KEYS = ("learner.digiq.text_encoder_path", "learner.digiq.vision_path", "learner.digiq.critic_path")
+
+
+def check_paths(cfg: Config, offline_data: bool = True) -> None:
+    """Every file or folder the config names must exist; the error names the key (run before Ray starts)."""
+    keys = PATH_KEYS + (DIGIRL_PATH_KEYS if cfg.learner.algorithm == "digirl" else ())
+    keys += DIGIQ_PATH_KEYS if cfg.learner.algorithm == "digiq" else ()
+    keys += ("proposer.examples",) if cfg.proposer.every else ()
+    named = [(key, _get(cfg, key)) for key in keys]
+    if offline_data and cfg.run.training != "online":
+        named += [(f"offline.data[{i}]", p) for i, p in enumerate(cfg.offline.data)]
+    model = cfg.learner.digiq.representation.model
+    if cfg.learner.algorithm == "digiq" and model and "@" not in model and not Path(model).is_dir():
+        raise ConfigError(
+            f"learner.digiq.representation.model: {model} is neither a model folder nor a model id "
+            "(name@hash, as `python -m rlsys.digiq represent` prints it)"
+        )
+    for key, value in named:
+        if value and not Path(value).exists():
+            raise ConfigError(f"{key}: {value} does not exist (set it to a local path, e.g. {key}=/path/to/it)")
+
+
+def _get(cfg: Config, dotted: str) -> Any:
+    node: Any = cfg
+    for part in dotted.split("."):
+        node = getattr(node, part)
+    return node

@@ -1,0 +1,97 @@
+"""What the agent acts in and on: `env` (web, MiniWoB++, Android, sim) and `tasks`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+
+@dataclass
+class AndroidConfig:
+    """Android emulators (one per runner) started from an AVD and reset from its snapshot; see envs/android."""
+
+    sdk_root: str | None = None  # default: $ANDROID_SDK_ROOT, then $ANDROID_HOME
+    emulator: str | None = None  # the emulator binary; default: <sdk_root>/emulator/emulator
+    avd: str = "rlsys_pixel_28"  # created by the user (README: "Android emulators")
+    snapshot: str = "rlsys_home"  # loaded at boot and at every episode's reset
+    emulator_args: list[str] = field(default_factory=lambda: ["-gpu", "swiftshader_indirect"])
+    emulator_env: dict[str, str] = field(default_factory=dict)  # extra environment for emulator processes
+    first_console_port: int = 5554  # emulator i uses console port 5554 + 2i and adb port one above
+    max_emulators: int = 16  # per node
+    adb_server_port: int = 5037
+    console_token_file: str = "~/.emulator_console_auth_token"
+    kvm_device: str = "/dev/kvm"  # "" skips the check (e.g. an ARM image under software emulation)
+    boot_timeout_s: float = 300.0
+    snapshot_timeout_s: float = 60.0
+    health_timeout_s: float = 10.0
+    devices: list[str] = field(default_factory=list)  # serials of running devices to use instead of starting any
+    screenshot_scale: float = 0.5  # observations are downscaled by this factor (1.0: full resolution)
+    settle_interval_s: float = (
+        0.0  # after an action, extra wait between screenshots (0: back to back) until two are equal
+    )
+    unicode_input: Literal["adbkeyboard", "none"] = "adbkeyboard"  # how characters beyond ASCII are typed
+    swipe_ms: int = 300
+    browser_url: str = "https://www.google.com"  # the webshop suites' start page
+
+
+@dataclass
+class SimConfig:
+    """`env.kind: sim` (envs/sim.py): an env that only sleeps, imitating a phone's or browser's latency.
+
+    Latencies are lognormal: `median_s * exp(sigma * N(0, 1))` (sigma 0: always the median; 1: p99 about
+    10x the median). A step that hangs, or draws a latency beyond `env.step_timeout_s`, waits
+    `env.step_timeout_s` and raises EnvBrokenError, like a WebDriver or adb call that timed out."""
+
+    reset_median_s: float = 0.2
+    reset_sigma: float = 0.5
+    step_median_s: float = 0.1
+    step_sigma: float = 0.5
+    hang_prob: float = 0.0  # per step
+    success_prob: float = 0.1  # per step with a valid action: ends the episode, reward 1
+    num_elements: int = 5  # numbered elements in each observation's ui_text
+    seed: int = 0  # with the env's id, seeds every draw: same seed and id, same latencies and outcomes
+
+
+@dataclass
+class EnvConfig:
+    kind: Literal["miniwob", "web", "android", "sim"] = "miniwob"
+    action_space: Literal["element", "pae", "coords", "autoui", "cogagent"] = "element"
+    max_steps: int = 5
+    viewport: list[int] = field(default_factory=lambda: [1024, 768])  # exact pixels of the page area
+    set_of_marks: bool = True  # draw numbered element boxes onto the screenshot
+    history: int = 3  # previous steps shown in each observation
+    step_timeout_s: float = 15.0  # every WebDriver or adb call
+    settle_quiet_ms: int = 50  # web: the DOM must be unchanged this long after an action...
+    settle_timeout_s: float = 3.0  # ...but no longer than this is waited
+    wait_action_s: float = 1.0  # what the agent's `Wait` action waits
+    headless: bool = True
+    chromium: str = "/usr/bin/chromium"
+    chromedriver: str = "/usr/bin/chromedriver"
+    max_elements: int = 50
+    # safety (web)
+    allowed_domains: list[str] = field(default_factory=list)  # besides the task's start host
+    allow_all_domains: bool = False
+    new_tabs: Literal["follow", "close"] = "follow"
+    download_max_mb: float = 20.0
+    search_engine: str = "https://www.google.com/"
+    # a self-hosted site (WebArena) reset between episodes: argv, run every `instance_reset_every`
+    instance_reset_command: list[str] | None = None
+    instance_reset_every: int = 0
+    instance_reset_timeout_s: float = 600.0
+    # MiniWoB++
+    episode_time_limit_s: float = 60.0  # MiniWoB's in-page timer
+    max_tabs: int = 8  # task pages kept open per browser
+    android: AndroidConfig = field(default_factory=AndroidConfig)
+    sim: SimConfig = field(default_factory=SimConfig)
+
+
+@dataclass
+class TasksConfig:
+    suite: Literal["miniwob", "webvoyager", "webarena", "aitw-general", "aitw-webshop"] = "miniwob"
+    train: list[str] = field(default_factory=lambda: ["click-test-2"])  # MiniWoB++ names, or ["all"]
+    eval: list[str] | None = None  # default: the training tasks
+    # web suites: a JSONL task file (web_name, id, ques, web[, eval]); AitW: a text file, one instruction per line
+    file: str | None = None
+    eval_file: str | None = None  # default: `file`
+    url_map: dict[str, str] = field(default_factory=dict)  # placeholders such as __SHOPPING__ -> base URL
+    sampling: Literal["random", "sequential"] = "random"

@@ -1,0 +1,115 @@
+"""The learner: the algorithm, its optimisation, and DigiRL's and Digi-Q's own settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+
+@dataclass
+class DigiRLConfig:
+    """DigiRL's critics, advantages and curriculum (docs/algorithms/digirl.md); defaults are the published ones."""
+
+    gamma: float = 0.5
+    advantage: Literal["doubly_robust", "digirl_compat"] = "doubly_robust"  # the paper's form / the released code's
+    lam: float = 0.5  # doubly_robust: weight of the trajectory outcome, lam ** (steps to the end)
+    advantage_threshold: float = 0.05  # actor data: transitions whose advantage exceeds this
+    curriculum_quantile: float = 0.9  # actor data: trajectories whose reward - p_instr(task) is in the top 10%
+    critic_lr: float = 1e-4
+    instruction_critic_steps: int = 5  # per online iteration
+    step_critic_steps: int = 5
+    actor_steps: int = 20
+    offline_instruction_critic_iterations: int = 20  # the offline phase, run in this order
+    offline_step_critic_iterations: int = 20
+    offline_actor_iterations: int = 30
+    validation_fraction: float = 0.2  # trajectories held out of critic training, for validation metrics
+    text_encoder_path: str | None = None  # a RoBERTa-base folder; None: a tiny encoder built from config
+    text_hidden: int = 64  # size of the encoder built from config
+    max_text_tokens: int = 256
+    freeze_step_encoder: bool = True  # the step critic trains its heads only
+    critic_hidden: int | None = None  # step critic MLP width; None: the text encoder's hidden size
+    image_feature_dim: int = 1408  # pooled BLIP-2 ViT-g feature of one screenshot (two are stacked)
+    vision_path: str | None = None  # a Blip2VisionModel folder; None: a tiny one built from config
+    image_size: int = 32  # input resolution of the vision tower built from config
+
+
+@dataclass
+class DigiQRepresentationConfig:
+    """Where z(s, a) comes from (`python -m rlsys.digiq represent`) and what the critic accepts."""
+
+    model: str | None = None  # the (fine-tuned) VLM folder, or the model id the extraction printed
+    method: Literal["answer_state", "generated_mean"] = "answer_state"
+    batch_size: int = 8
+    max_new_tokens: int = 8  # generated_mean: tokens generated per pair
+
+
+@dataclass
+class DigiQCandidatesConfig:
+    """Candidate actions per state (`python -m rlsys.digiq candidates`), sampled from `policy`."""
+
+    k: int = 16  # candidates per state; index 0 is the dataset action
+    temperature: float = 1.2
+    max_redraws: int = 4  # draws per slot before an invalid sample is kept out of the set
+    batch_size: int = 16
+
+
+@dataclass
+class DigiQConfig:
+    """Digi-Q (docs/algorithms/digiq.md): a TD critic on frozen VLM representations, then Best-of-N actor
+    extraction. Defaults are the published ones; the actor's learning rate is `learner.lr`."""
+
+    gamma: float = 0.95
+    tau: float = 0.1  # Polyak rate of the target heads, per critic step
+    critic_lr: float = 1e-5
+    critic_steps: int = 100  # critic optimizer steps per offline iteration
+    actor_steps: int = 100
+    critic_iterations: int = 8  # 8 x 100 = the published 800 critic steps
+    actor_iterations: int = 9  # 9 x 100 = the published 900 actor steps
+    critic_path: str | None = None  # a finished critic stage (<run>/critic) to reuse; skips the critic phase
+    aggregate: Literal["min", "max"] = "min"  # over the two Q heads and the two V heads when scoring
+    best_of_n: int = 16  # candidates scored per state, redrawn for every sample
+    advantage_threshold: float = 0.10  # delta: 0.10 general, 0.05 webshop
+    weighting: Literal["sft", "pg", "awr"] = "sft"  # sft: 1; pg: A* x pg_scale; awr: exp(A* / awr_beta)
+    pg_scale: float = 1.0
+    awr_beta: float = 1.0
+    dropout: float = 0.1  # in the critic heads while training; always off when scoring
+    critic_hidden: int = 256
+    text_encoder_path: str | None = None  # a RoBERTa folder; None: a tiny encoder built from config
+    text_hidden: int = 64
+    max_text_tokens: int = 128
+    image_feature_dim: int = 1408  # pooled BLIP-2 ViT-g feature of one screenshot (two are stacked)
+    vision_path: str | None = None
+    image_size: int = 32
+    validation_fraction: float = 0.1
+    representation: DigiQRepresentationConfig = field(default_factory=DigiQRepresentationConfig)
+    candidates: DigiQCandidatesConfig = field(default_factory=DigiQCandidatesConfig)
+
+
+@dataclass
+class LearnerConfig:
+    algorithm: Literal["filtered_bc", "sft", "digirl", "digiq"] = "filtered_bc"
+    # filtered_bc: `success` keeps successes; `quantile` (DigiRL's baseline) keeps trajectory rewards at or above
+    # the `quantile` of rewards, and successes only when few succeed; `shortest` (PAE) keeps, per task, the
+    # `shortest_fraction` of its successes with the fewest steps.
+    filter: Literal["success", "quantile", "shortest"] = "success"
+    quantile: float = 0.9
+    shortest_fraction: float = 0.2
+    prob_clamp: bool = False  # DigiRL: each token's probability clamped to [0.001, 0.99] inside the log
+    lr: float = 1e-3  # the policy's
+    batch_size: int = 32
+    grad_accumulation: int = 1  # micro-batches of `batch_size` per optimizer step
+    updates_per_iteration: int = 20  # filtered_bc / sft optimizer steps
+    grad_clip: float = 1.0  # per module: each network's own gradient norm
+    sample_trajectories: int = 512  # trajectories drawn from the replay buffer per iteration
+    offline_iterations: int = 0  # filtered_bc / sft: iterations of the offline phase (digirl: digirl.offline_*)
+    # Clipped importance weights min(importance_clip, pi/mu) on the actor loss; auto: on in async mode,
+    # off in sync mode (the papers' recipes)
+    off_policy_correction: Literal["auto", "on", "off"] = "auto"
+    importance_clip: float = 1.0
+    digirl: DigiRLConfig = field(default_factory=DigiRLConfig)
+    digiq: DigiQConfig = field(default_factory=DigiQConfig)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    num_cpus: float = 1.0
+    num_learners: int = 1  # a data-parallel group: one process (and one GPU, when there are GPUs) each
+    resource: str | None = None  # a custom Ray resource each learner asks one unit of (clusters/: "learner")
+    group_timeout_s: float = 600.0  # how long a collective waits for the group's other processes

@@ -1,0 +1,251 @@
+"""Loading a config: YAML with `extends:`, dotted overrides, `${env:NAME}` references, typed
+validation, and the redacted copy written to the run folder."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import re
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, Union
+
+import yaml
+
+from rlsys.config.checks import check_consistency
+from rlsys.config.errors import ConfigError
+from rlsys.config.schema import Config
+
+_ENV_REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}")
+_SECRET_WORDS = {"key", "token", "secret", "password", "passwd", "credential", "credentials"}
+
+
+def is_secret_name(name: str) -> bool:
+    """`api_key`, `aws_secret_access_key`, `token`: yes. `max_new_tokens`, `keyboard`: no."""
+    return bool(_SECRET_WORDS & set(str(name).lower().split("_")))
+
+
+REDACTED = "***redacted***"
+
+
+def packaged_configs() -> list[str]:
+    """The names of the configs shipped with rlsys (the repository's configs/ folder)."""
+    from importlib import resources
+
+    folder = resources.files("rlsys.configs")
+    return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def config_path(name: str | os.PathLike) -> Path:
+    """A config file: `name` itself when it is a file, else the packaged config of that name
+    (`quickstart` or `quickstart.yaml`)."""
+    path = Path(name)
+    if path.is_file() or path.parent != Path("."):
+        return path
+    from importlib import resources
+
+    stem = path.name[: -len(".yaml")] if path.name.endswith(".yaml") else path.name
+    packaged = resources.files("rlsys.configs").joinpath(f"{stem}.yaml")
+    if packaged.is_file():
+        return Path(str(packaged))
+    return path
+
+
+def read_yaml_with_extends(path: str | os.PathLike, _seen: tuple = ()) -> dict:
+    path = config_path(path) if not _seen else Path(path)
+    if not path.is_file():
+        hint = "" if _seen else f" (nor a packaged config: {', '.join(packaged_configs())})"
+        raise ConfigError(f"config file not found: {path}{hint}")
+    if path.resolve() in _seen:
+        raise ConfigError(f"config `extends` cycle through {path}")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
+    parents = data.pop("extends", None) or []
+    if isinstance(parents, str):
+        parents = [parents]
+    merged: dict = {}
+    for parent in parents:
+        merged = deep_merge(merged, read_yaml_with_extends(path.parent / parent, _seen + (path.resolve(),)))
+    return deep_merge(merged, data)
+
+
+def deep_merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    """Apply `a.b.c=value` overrides; values are parsed as YAML (`1e-5`, `[1, 2]`, `null`)."""
+    data = deep_merge({}, data)
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} must look like key.path=value")
+        key, raw = item.split("=", 1)
+        try:
+            value = yaml.safe_load(raw) if raw != "" else ""
+        except yaml.YAMLError:
+            value = raw
+        node = data
+        parts = key.strip().split(".")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {key!r}: {p!r} is not a section")
+        node[parts[-1]] = value
+    return data
+
+
+def load_config(path: str | os.PathLike | None, overrides: list[str] = (), data: dict | None = None) -> Config:
+    return build(Config, unresolved_dict(path, overrides, data))
+
+
+def build(cls: type, data: Any, prefix: str = "") -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{prefix or 'config'}: expected a mapping, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    kwargs = {}
+    for key, value in data.items():
+        path = f"{prefix}.{key}" if prefix else str(key)
+        if key not in names:
+            close = closest(str(key), names)
+            hint = f"; did you mean {(prefix + '.' if prefix else '') + close!r}?" if close else ""
+            raise ConfigError(f"unknown config key {path!r}{hint} (valid: {', '.join(names)})")
+        kwargs[key] = _coerce(hints[key], value, path)
+    built = cls(**kwargs)
+    if cls is Config:
+        check_consistency(built)
+    return built
+
+
+def closest(key: str, names: list[str]) -> str | None:
+    """The valid name a mistyped key most likely meant: a near spelling, else a shared stem."""
+    close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
+    if close:
+        return close[0]
+    stems = [n for n in names if key.startswith(n) or n.startswith(key) or n in key or key in n]
+    return max(stems, key=len) if stems else None
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(tp))
+    if origin is list:
+        return f"list of {_type_name(typing.get_args(tp)[0])}"
+    if origin is dict:
+        return "mapping of " + " to ".join(_type_name(a) for a in typing.get_args(tp))
+    if tp is type(None):
+        return "null"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _coerce(tp: Any, value: Any, path: str) -> Any:
+    origin = typing.get_origin(tp)
+    if isinstance(value, str) and _ENV_REF.search(value):
+        value = resolve_env(value, path)
+    if dataclasses.is_dataclass(tp):
+        return build(tp, value, path)
+    if origin in (Union, types.UnionType):
+        for arg in typing.get_args(tp):
+            try:
+                return _coerce(arg, value, path)
+            except ConfigError:
+                continue
+        raise _type_error(path, tp, value)
+    if tp is type(None):
+        if value is None:
+            return None
+        raise _type_error(path, tp, value)
+    if origin is Literal:
+        if value in typing.get_args(tp):
+            return value
+        raise _type_error(path, tp, value)
+    if origin is list:
+        if not isinstance(value, list):
+            raise _type_error(path, tp, value)
+        (item,) = typing.get_args(tp)
+        return [_coerce(item, v, f"{path}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise _type_error(path, tp, value)
+        key_type, value_type = typing.get_args(tp)
+        return {_coerce(key_type, k, path): _coerce(value_type, v, f"{path}.{k}") for k, v in value.items()}
+    if tp is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if tp is float and isinstance(value, str):
+        try:  # YAML reads 1e-5 (no dot) as a string
+            return float(value)
+        except ValueError:
+            pass
+    if tp in (int, str, bool) and isinstance(value, tp) and not (tp is int and isinstance(value, bool)):
+        return value
+    raise _type_error(path, tp, value)
+
+
+def _type_error(path: str, tp: Any, value: Any) -> ConfigError:
+    return ConfigError(f"config key {path!r} must be {_type_name(tp)}, got {value!r} ({type(value).__name__})")
+
+
+def resolve_env(value: str, path: str) -> str:
+    def sub(m: re.Match) -> str:
+        name = m.group(1)
+        if name not in os.environ:
+            raise ConfigError(f"config key {path!r} refers to environment variable {name}, which is not set")
+        return os.environ[name]
+
+    return _ENV_REF.sub(sub, value)
+
+
+def redacted_dict(raw: dict, _path: str = "") -> dict:
+    """The config as a mapping fit to write to disk: `${env:…}` references stay references,
+    and literal values under secret-looking names are replaced."""
+    out = {}
+    for k, v in raw.items():
+        if isinstance(v, dict):
+            out[k] = redacted_dict(v, f"{_path}{k}.")
+        elif isinstance(v, str) and _ENV_REF.search(v):
+            out[k] = v
+        elif v is not None and is_secret_name(k):
+            out[k] = REDACTED
+        else:
+            out[k] = v
+    return out
+
+
+def unresolved_dict(path: str | os.PathLike | None, overrides: list[str] = (), data: dict | None = None) -> dict:
+    """The merged, overridden mapping before `${env:…}` resolution: what goes to disk."""
+    raw = read_yaml_with_extends(path) if path is not None else (data or {})
+    return apply_overrides(raw, list(overrides))
+
+
+def to_dict(cfg: Config) -> dict:
+    return dataclasses.asdict(cfg)
+
+
+def save_config(raw: dict, cfg: Config, dest: Path) -> None:
+    """Write the fully resolved config (defaults filled in) with secrets redacted."""
+    full = deep_merge(to_dict(cfg), _only_env_refs(raw))
+    dest.write_text(yaml.safe_dump(redacted_dict(full), sort_keys=False))
+
+
+def _only_env_refs(raw: dict) -> dict:
+    out = {}
+    for k, v in raw.items():
+        if isinstance(v, dict):
+            sub = _only_env_refs(v)
+            if sub:
+                out[k] = sub
+        elif isinstance(v, str) and _ENV_REF.search(v):
+            out[k] = v
+    return out

@@ -1,0 +1,68 @@
+"""How a run is laid out and driven: `run`, `ray`, `runners`, `replay`, `offline` and `metrics`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+
+@dataclass
+class RunConfig:
+    name: str = "run"
+    output_dir: str | None = None  # default: runs/<name>
+    seed: int = 0
+    mode: Literal["sync", "async"] = "sync"
+    # online: collect and learn; offline: learn from `offline.data` only; off2on: the offline phase, then online
+    # iterations with the offline data still in the replay buffer
+    training: Literal["online", "offline", "off2on"] = "online"
+    iterations: int = 10  # online iterations (the offline phase's length is the learner's)
+    rollout_size: int = 32  # trajectories collected per iteration (sync) or per update (async)
+    eval_every: int = 5
+    eval_episodes: int = 30
+    eval_at_start: bool = True
+    checkpoint_every: int = 1
+    keep_checkpoints: int = 3
+    max_policy_lag: int | None = None  # async: trajectories older than this many versions are dropped
+    episode_timeout_s: float = 120.0
+
+
+@dataclass
+class RayConfig:
+    address: str | None = None  # None: start a local instance
+    num_cpus: int | None = None
+    dashboard: bool = True
+    dashboard_host: str = "127.0.0.1"
+    dashboard_port: int = 8265
+
+
+@dataclass
+class RunnersConfig:
+    num: int = 2
+    num_cpus: float = 0.5
+    resource: str = "auto"  # custom Ray resource each runner asks one unit of; auto: android or browser by env.kind
+    max_restarts: int = 20  # runner re-creations allowed over a run before it fails
+    restart_backoff_s: float = 1.0  # a slot that keeps failing waits 1, 2, 4 ... s before its next runner
+    restart_backoff_max_s: float = 60.0
+    health_interval_s: float = 30.0  # every runner is asked status() this often...
+    health_timeout_s: float = 60.0  # ...and replaced when it does not answer within this (0: no probes)
+    start_warning_s: float = 120.0  # a runner still unplaced after this is reported (no free resource)
+
+
+@dataclass
+class ReplayConfig:
+    capacity: int = 2000  # trajectories
+    max_bytes: int = 1 << 30
+
+
+@dataclass
+class OfflineConfig:
+    data: list[str] = field(default_factory=list)  # trajectory shard folders or files (python -m rlsys.data import-…)
+
+
+@dataclass
+class MetricsConfig:
+    wandb: bool = False
+    wandb_project: str = "rlsys"
+    wandb_mode: Literal["offline", "online", "disabled"] = "offline"
+    wandb_api_key: str | None = None  # use ${env:WANDB_API_KEY}; never a literal key
+    progress: bool = True

@@ -1,0 +1,1 @@
+"""The ground floor: the data model, the env and evaluator contracts, action grammars, prompt templates."""

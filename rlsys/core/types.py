@@ -1,0 +1,123 @@
+"""The data model shared by every part of rlsys (docs/architecture.md#contracts)."""
+
+from __future__ import annotations
+
+import io
+import uuid
+from dataclasses import dataclass, field
+
+import numpy as np
+
+OUTCOMES = ("success", "failure", "timeout", "env_error", "unknown")
+TRAINABLE_OUTCOMES = frozenset({"success", "failure", "timeout"})
+
+
+@dataclass
+class Task:
+    id: str
+    instruction: str
+    suite: str
+    split: str = "train"
+    start: str = ""
+    checks: dict | None = None
+    meta: dict = field(default_factory=dict)
+
+
+@dataclass
+class Observation:
+    """What an agent sees at one step.
+
+    The screenshot is kept as the PNG bytes the browser or device produced; `screenshot`
+    decodes it on demand, so observations that are only stored never pay for a decode.
+    """
+
+    screenshot_png: bytes
+    ui_text: str
+    location: str
+    task: str
+    extras: dict = field(default_factory=dict)
+    # Cached model inputs computed from this observation (e.g. pooled image features), keyed by
+    # what computed them, so a feature is never reused by a model it does not belong to.
+    features: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def screenshot(self) -> np.ndarray:
+        from PIL import Image
+
+        with Image.open(io.BytesIO(self.screenshot_png)) as im:
+            return np.asarray(im.convert("RGB"))
+
+
+@dataclass
+class StepResult:
+    observation: Observation
+    reward: float
+    done: bool
+    info: dict = field(default_factory=dict)
+
+
+@dataclass
+class ActionSample:
+    text: str
+    logprob: float | None
+    version: int
+
+
+@dataclass
+class Step:
+    observation: Observation
+    action_text: str
+    action: dict | None
+    reward: float
+    done: bool
+    policy_version: int
+    logprob: float | None
+    timings: dict = field(default_factory=dict)
+    error: str | None = None
+    info: dict = field(default_factory=dict)  # env events: dialogs, blocked navigation, answer, verdict
+
+
+@dataclass
+class Trajectory:
+    task: Task
+    steps: list[Step]
+    outcome: str
+    env_id: str = ""
+    runner_id: str = ""
+    error: str | None = None
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    # What the last action led to (the s' of the last step), when the episode got that far.
+    final_observation: Observation | None = None
+
+    def __post_init__(self) -> None:
+        if self.outcome not in OUTCOMES:
+            raise ValueError(f"outcome must be one of {OUTCOMES}, got {self.outcome!r}")
+
+    @property
+    def trainable(self) -> bool:
+        return self.outcome in TRAINABLE_OUTCOMES
+
+    @property
+    def reward(self) -> float:
+        return float(sum(s.reward for s in self.steps))
+
+    @property
+    def policy_version(self) -> int:
+        """The oldest policy version that acted in this trajectory (-1 when it has no steps)."""
+        return min((s.policy_version for s in self.steps), default=-1)
+
+    def nbytes(self) -> int:
+        """Approximate in-memory size, dominated by the compressed screenshots."""
+        observations = [s.observation for s in self.steps] + [self.final_observation] * bool(self.final_observation)
+        return (
+            512
+            + sum(len(s.action_text) + 128 for s in self.steps)
+            + sum(
+                len(o.screenshot_png) + len(o.ui_text) + sum(f.nbytes for f in o.features.values()) + 128
+                for o in observations
+            )
+        )
+
+    def next_observation(self, index: int) -> Observation | None:
+        """s' of step `index`: the next step's observation, or the final one after the last step."""
+        return self.steps[index + 1].observation if index + 1 < len(self.steps) else self.final_observation

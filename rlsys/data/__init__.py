@@ -1,0 +1,1 @@
+"""Trajectory shards, the replay store, checkpoints, and converters for published data."""

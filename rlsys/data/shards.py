@@ -1,0 +1,194 @@
+"""Trajectories on disk: append-only Parquet shards, one row per step, screenshots as PNG bytes.
+
+Any Parquet reader opens them (`pandas.read_parquet(folder)`, `ray.data.read_parquet(folder)`).
+A shard is written to a temporary name and renamed, so a crash never leaves half of one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import safetensors.numpy
+
+from rlsys.core.types import Observation, Step, Task, Trajectory
+
+SCHEMA = pa.schema(
+    [
+        ("trajectory_id", pa.string()),
+        ("task", pa.string()),  # JSON of the Task
+        ("outcome", pa.string()),
+        ("env_id", pa.string()),
+        ("runner_id", pa.string()),
+        ("trajectory_error", pa.string()),
+        # -1: a trajectory that ended before its first step; len(steps) with a null action_text: the final
+        # observation (what the last action led to)
+        ("step_index", pa.int32()),
+        ("screenshot_png", pa.binary()),
+        ("ui_text", pa.string()),
+        ("location", pa.string()),
+        ("observation_task", pa.string()),
+        ("observation_extras", pa.string()),
+        ("observation_features", pa.binary()),  # safetensors bytes of Observation.features
+        ("action_text", pa.string()),
+        ("action", pa.string()),
+        ("reward", pa.float32()),
+        ("done", pa.bool_()),
+        ("policy_version", pa.int64()),
+        ("logprob", pa.float64()),
+        ("timings", pa.string()),
+        ("step_error", pa.string()),
+        ("step_info", pa.string()),  # JSON: what the env reported besides the observation
+    ]
+)
+
+
+class StorageError(RuntimeError):
+    pass
+
+
+def encode_features(features: dict[str, np.ndarray]) -> bytes | None:
+    return safetensors.numpy.save({k: np.ascontiguousarray(v) for k, v in features.items()}) if features else None
+
+
+def decode_features(data: bytes | None) -> dict[str, np.ndarray]:
+    return dict(safetensors.numpy.load(data)) if data else {}
+
+
+def to_table(trajectories: Iterable[Trajectory]) -> pa.Table:
+    rows = {name: [] for name in SCHEMA.names}
+
+    def add(traj: Trajectory, index: int, step: Step | None, obs: Observation | None = None) -> None:
+        obs = step.observation if step else obs
+        values = {
+            "trajectory_id": traj.id,
+            "task": json.dumps(traj.task.__dict__),
+            "outcome": traj.outcome,
+            "env_id": traj.env_id,
+            "runner_id": traj.runner_id,
+            "trajectory_error": traj.error,
+            "step_index": index,
+            "screenshot_png": obs.screenshot_png if obs else None,
+            "ui_text": obs.ui_text if obs else None,
+            "location": obs.location if obs else None,
+            "observation_task": obs.task if obs else None,
+            "observation_extras": json.dumps(obs.extras) if obs else None,
+            "observation_features": encode_features(obs.features) if obs else None,
+            "action_text": step.action_text if step else None,
+            "action": json.dumps(step.action) if step else None,
+            "reward": step.reward if step else None,
+            "done": step.done if step else None,
+            "policy_version": step.policy_version if step else None,
+            "logprob": step.logprob if step else None,
+            "timings": json.dumps(step.timings) if step else None,
+            "step_error": step.error if step else None,
+            "step_info": json.dumps(step.info) if step else None,
+        }
+        for k, v in values.items():
+            rows[k].append(v)
+
+    for traj in trajectories:
+        if not traj.steps:
+            add(traj, -1, None)
+        for i, step in enumerate(traj.steps):
+            add(traj, i, step)
+        if traj.final_observation is not None:
+            add(traj, len(traj.steps), None, traj.final_observation)
+    return pa.table(rows, schema=SCHEMA)
+
+
+def from_table(table: pa.Table) -> list[Trajectory]:
+    out: dict[str, Trajectory] = {}
+    for r in table.to_pylist():
+        traj = out.get(r["trajectory_id"])
+        if traj is None:
+            traj = out[r["trajectory_id"]] = Trajectory(
+                task=Task(**json.loads(r["task"])),
+                steps=[],
+                outcome=r["outcome"],
+                env_id=r["env_id"],
+                runner_id=r["runner_id"],
+                error=r["trajectory_error"],
+                id=r["trajectory_id"],
+            )
+        if r["step_index"] < 0:
+            continue
+        obs = Observation(
+            screenshot_png=r["screenshot_png"],
+            ui_text=r["ui_text"],
+            location=r["location"],
+            task=r["observation_task"],
+            extras=json.loads(r["observation_extras"]),
+            features=decode_features(r.get("observation_features")),
+        )
+        if r["action_text"] is None:
+            traj.final_observation = obs
+            continue
+        traj.steps.append(
+            Step(
+                observation=obs,
+                action_text=r["action_text"],
+                action=json.loads(r["action"]),
+                reward=r["reward"],
+                done=r["done"],
+                policy_version=r["policy_version"],
+                logprob=r["logprob"],
+                timings=json.loads(r["timings"]),
+                error=r["step_error"],
+                info=json.loads(r["step_info"]),
+            )
+        )
+    return list(out.values())
+
+
+def write_shard(path: Path, trajectories: list[Trajectory]) -> int:
+    """Write trajectories to one Parquet file atomically; returns its size in bytes."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    pq.write_table(to_table(trajectories), tmp, compression="zstd")
+    os.replace(tmp, path)
+    return path.stat().st_size
+
+
+def read_shard(path: Path) -> list[Trajectory]:
+    try:
+        table = pq.read_table(path, schema=SCHEMA)
+    except (pa.ArrowInvalid, OSError) as e:
+        raise StorageError(f"{path}: not a readable trajectory shard ({e})") from None
+    try:
+        return from_table(table)
+    except (ValueError, safetensors.SafetensorError) as e:  # JSON or feature bytes that do not decode
+        raise StorageError(f"{path}: a row does not decode ({e})") from None
+
+
+class ShardWriter:
+    """Appends trajectories to `folder` as numbered shards; continues numbering after a restart."""
+
+    def __init__(self, folder: str | os.PathLike):
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        existing = sorted(self.folder.glob("shard-*.parquet"))
+        self.next_index = int(existing[-1].stem.split("-")[1]) + 1 if existing else 0
+        self.bytes_written = 0
+        self.steps_written = 0
+
+    def write(self, trajectories: list[Trajectory]) -> Path | None:
+        if not trajectories:
+            return None
+        path = self.folder / f"shard-{self.next_index:06d}.parquet"
+        self.bytes_written += write_shard(path, trajectories)
+        self.steps_written += sum(len(t.steps) for t in trajectories)
+        self.next_index += 1
+        return path
+
+
+def read_trajectories(folder: str | os.PathLike) -> list[Trajectory]:
+    folder = Path(folder)
+    if folder.is_file():
+        return read_shard(folder)
+    return [t for p in sorted(folder.glob("shard-*.parquet")) for t in read_shard(p)]

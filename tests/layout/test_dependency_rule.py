@@ -1,0 +1,69 @@
+"""The dependency rule (README "Layout"): import-linter's contracts hold, a breach is caught, and the
+contracts' list of roof modules is every module directly in rlsys/."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import tomllib
+
+ROOT = Path(__file__).resolve().parents[2]
+LINT = ROOT / "scripts" / "lint_imports.py"
+CONTRACTS = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+LIBRARY = {"rlsys.core", "rlsys.config", "rlsys.data", "rlsys.policies", "rlsys.llm"}
+
+
+def lint(extra_files: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """scripts/lint_imports.py, with `extra_files` (path inside the installed namespace -> source) added."""
+    code = f"import sys; sys.path.insert(0, {str(LINT.parent)!r}); import lint_imports as li\n"
+    if extra_files:
+        code += (
+            "mirror = li.mirror\n"
+            "def with_extra(dest):\n"
+            "    mirror(dest)\n"
+            f"    for rel, text in {extra_files!r}.items():\n"
+            "        (dest / rel).write_text(text)\n"
+            "li.mirror = with_extra\n"
+        )
+    code += "sys.exit(li.main())"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+
+
+def test_the_contracts_hold():
+    result = lint()
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"Contracts: {len(CONTRACTS)} kept, 0 broken." in result.stdout
+
+
+def test_a_learner_importing_an_actor_breaks_the_rule():
+    result = lint({"rlsys/learners/shortcut.py": "from rlsys.actors.runner import EnvRunner\n"})
+    assert result.returncode != 0
+    assert "Learners import only the library BROKEN" in result.stdout
+    assert "rlsys.learners.shortcut -> rlsys.actors.runner" in result.stdout
+
+
+def test_a_library_module_importing_the_driver_breaks_the_rule():
+    result = lint({"rlsys/core/shortcut.py": "def f():\n    from rlsys.trainer import Trainer\n"})
+    assert result.returncode != 0
+    assert "Library subpackages import only the library BROKEN" in result.stdout
+
+
+def test_every_roof_module_is_forbidden_to_the_layers_below():
+    roof = {f"rlsys.{p.stem}" for p in (ROOT / "rlsys").glob("*.py") if p.stem not in ("__init__", "__main__")}
+    subpackages = {f"rlsys.{p.parent.name}" for p in (ROOT / "rlsys").glob("*/__init__.py")}
+    assert subpackages == LIBRARY, "a new library subpackage needs its place in pyproject's contracts"
+    for contract in CONTRACTS:
+        forbidden = set(contract["forbidden_modules"])
+        assert roof <= forbidden, f"{contract['name']!r} does not forbid {sorted(roof - forbidden)}"
+
+
+def test_nothing_points_outside_the_repository():
+    found = subprocess.run(
+        ["git", "grep", "-n", "-e", "REFERENCE.md", "-e", "DESIGN.md", "--", ":!tests/layout/"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert found.stdout == "", found.stdout

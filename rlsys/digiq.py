@@ -23,6 +23,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from rlsys import __version__
 from rlsys.config import ConfigError, load_config
 from rlsys.core.types import Trajectory
 from rlsys.data.digirl_files import DataError, check_output_dir, publish
@@ -135,8 +136,9 @@ COMMANDS = {"change-set": change_set, "candidates": candidates, "represent": rep
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m rlsys.digiq", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="rlsys-digiq", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    parser.add_argument("--version", action="version", version=f"rlsys {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     change = commands.add_parser("change-set", help="the yes/no screen-change SFT set from trajectories")
     change.add_argument("--threshold", type=float, default=30.0, help="MSE of the 1/4-size screenshots above: yes")

@@ -12,6 +12,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from rlsys import __version__
 from rlsys.config import ConfigError, check_paths, load_config
 from rlsys.envs.android.emulator import check_local_setup
 from rlsys.envs.evaluators import check_setup
@@ -22,7 +23,8 @@ POLICY_MARKERS = ("config.json", "adapter", "api_policy.json")
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m rlsys.eval", description=__doc__)
+    p = argparse.ArgumentParser(prog="rlsys-eval", description=__doc__)
+    p.add_argument("--version", action="version", version=f"rlsys {__version__}")
     p.add_argument("--config", required=True)
     p.add_argument(
         "--checkpoint",

@@ -27,6 +27,7 @@ from functools import cache
 from pathlib import Path
 from urllib.parse import urlparse
 
+from rlsys import __version__
 from rlsys.config import ConfigError, ProposerConfig, load_config
 from rlsys.core.templates import packaged, read_template
 from rlsys.core.types import Task
@@ -307,7 +308,8 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m rlsys.propose_tasks", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="rlsys-propose-tasks", description=__doc__.split("\n\n")[0])
+    p.add_argument("--version", action="version", version=f"rlsys {__version__}")
     p.add_argument("--config", required=True, help="experiment YAML with a `proposer:` section")
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. proposer.tasks_per_site=10")
     return p.parse_args(argv)

@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 
+from rlsys import __version__
 from rlsys.config import Config, ConfigError, build, check_paths, save_config, unresolved_dict
 from rlsys.envs.android.emulator import check_local_setup
 from rlsys.envs.evaluators import check_setup
@@ -13,7 +14,8 @@ from rlsys.envs.tasks import check_tasks
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m rlsys.train", description=__doc__)
+    p = argparse.ArgumentParser(prog="rlsys-train", description=__doc__)
+    p.add_argument("--version", action="version", version=f"rlsys {__version__}")
     p.add_argument("--config", help="experiment YAML (default with --resume: RUN_DIR/config.yaml)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its newest checkpoint")
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. learner.lr=1e-4 run.iterations=20")

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rlsys import __version__
 from rlsys.core.returns import discounted_returns
 from rlsys.core.types import Observation, Step, Task, Trajectory
 from rlsys.policies.image_features import FEATURE_KEY
@@ -550,8 +551,9 @@ def print_summary(summary: dict) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m rlsys.data", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="rlsys-data", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    parser.add_argument("--version", action="version", version=f"rlsys {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     imp = commands.add_parser("import-digirl", help="convert a DigiRL .pt file into rlsys shards")

@@ -78,7 +78,7 @@ def rlsys_runners(episodes: int, runners: int) -> dict:
     from rlsys.actors.pool import RunnerPool
     from rlsys.actors.replay import ReplayBufferActor
     from rlsys.actors.weight_store import WeightStore
-    from rlsys.trainer import init_ray
+    from rlsys.ray_init import init_ray
 
     cfg = config(runners)
     init_ray(cfg)

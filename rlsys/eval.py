@@ -65,7 +65,7 @@ def main(argv=None) -> int:
     from rlsys.metrics import summarize_eval
     from rlsys.policies import build_policy
     from rlsys.policies.weights import pack_state_dict
-    from rlsys.trainer import init_ray
+    from rlsys.ray_init import init_ray
 
     started_ray, _ = init_ray(cfg)
     store = ray.remote(WeightStore).options(num_cpus=0).remote()

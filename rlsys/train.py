@@ -55,7 +55,8 @@ def main(argv=None) -> int:
 
     from rlsys.learners.group import LearnerFailed
     from rlsys.metrics import eval_table
-    from rlsys.trainer import Trainer, init_ray
+    from rlsys.ray_init import init_ray
+    from rlsys.trainer import Trainer
 
     started_ray, dashboard = init_ray(cfg)
     print(f"run folder: {run_dir}", flush=True)

@@ -74,7 +74,7 @@ def stub_api_env(monkeypatch, tmp_path):
 def ray_session():
     import ray
 
-    from rlsys.trainer import SUBREAPER
+    from rlsys.ray_init import SUBREAPER
 
     os.environ.setdefault(SUBREAPER, "true")
     ray.init(num_cpus=2, resources={"browser": 8, "android": 4}, include_dashboard=False, log_to_driver=False)

@@ -56,7 +56,8 @@ def config_path(name: str | os.PathLike) -> Path:
 def read_yaml_with_extends(path: str | os.PathLike, _seen: tuple = ()) -> dict:
     path = config_path(path) if not _seen else Path(path)
     if not path.is_file():
-        hint = "" if _seen else f" (nor a packaged config: {', '.join(packaged_configs())})"
+        by_name = not _seen and path.parent == Path(".")
+        hint = f" (nor a packaged config: {', '.join(packaged_configs())})" if by_name else ""
         raise ConfigError(f"config file not found: {path}{hint}")
     if path.resolve() in _seen:
         raise ConfigError(f"config `extends` cycle through {path}")

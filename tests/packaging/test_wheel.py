@@ -26,8 +26,14 @@ def run(*args, cwd=None, timeout=600) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
-    dist = tmp_path_factory.mktemp("dist")
-    built = run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", dist, ROOT)
+    # built from a copy of the files git knows, so nothing left in a local build/ folder can slip in
+    source, dist = tmp_path_factory.mktemp("source"), tmp_path_factory.mktemp("dist")
+    listed = run("git", "ls-files", "--cached", "--others", "--exclude-standard", cwd=ROOT)
+    for name in listed.stdout.splitlines():
+        if (ROOT / name).is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, source / name)
+    built = run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", dist, source)
     assert built.returncode == 0, built.stderr
     (found,) = dist.glob("rlsys-*.whl")
     return found

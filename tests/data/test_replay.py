@@ -3,7 +3,7 @@ import ray
 
 from rlsys.actors.replay import ReplayBufferActor
 from rlsys.data.replay import ReplayBuffer
-from tests.test_storage import trajectory
+from tests.data.test_storage import trajectory
 
 
 def test_buffer_actor_evicts_oldest_by_bytes(ray_session):

@@ -274,7 +274,7 @@ def hook_hangs(task, trajectory):
 
 def test_function_check_answers_or_says_why_not():
     traj = trajectory([(1, 1, 1)])
-    here = "tests.test_judges"
+    here = "tests.envs.evaluators.test_judges"
     assert FunctionCheck(f"{here}:hook_true").judge(traj.task, traj).success is True
     raised = FunctionCheck(f"{here}:hook_raises").judge(traj.task, traj)
     assert raised.success is None and "RuntimeError: device went away" in raised.reason

@@ -13,7 +13,7 @@ import ray.autoscaler
 import yaml
 from ray.autoscaler._private.util import prepare_config, validate_config
 
-CLUSTERS = Path(__file__).resolve().parent.parent / "clusters"
+CLUSTERS = Path(__file__).resolve().parents[2] / "clusters"
 FILES = sorted(CLUSTERS.glob("*.yaml"))
 ROLES = ("learner", "browser", "android")
 TORCH_PIN = "torch==2.13.0"

@@ -301,7 +301,7 @@ def played(location: str, outcome: str, answer: str | None = None) -> Trajectory
 
 
 def test_function_check_decides_every_episode_that_did_not_break():
-    cfg = EvaluatorConfig(kind="function", function="tests.test_evaluator_pool:hook_by_location")
+    cfg = EvaluatorConfig(kind="function", function="tests.envs.evaluators.test_evaluator_pool:hook_by_location")
     referee = Referee(cfg)
     settle = lambda traj: referee.episode().settle(traj)
     assert settle(played("good", "timeout")).outcome == "success"  # reached the goal state as steps ran out
@@ -350,7 +350,7 @@ async def _fuzzy_twice(pool):
 
 def test_webarena_fuzzy_match_in_a_real_browser_goes_through_the_pool(ray_session, tmp_path, site):
     from rlsys.envs.web.webenv import WebEnv
-    from tests.test_env_web import pae, task, web_config
+    from tests.envs.web.test_env_web import pae, task, web_config
 
     checks = {"eval_types": ["string_match"], "reference_answers": {"fuzzy_match": ["about 20 minutes"]}}
 

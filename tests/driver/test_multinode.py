@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -16,7 +17,7 @@ import pytest
 from rlsys.config import to_dict
 from tests.conftest import make_config
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(Path(__file__).resolve().parents[2])
 
 
 def free_port() -> int:
@@ -103,7 +104,7 @@ def test_runners_follow_their_resource_and_losing_a_node_loses_only_its_episodes
     )
     data = to_dict(cfg)
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.multinode_run", address, json.dumps(data), ",".join(map(str, second)),
+        [sys.executable, "-m", "tests.driver.multinode_run", address, json.dumps(data), ",".join(map(str, second)),
          str(metrics_port)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=420,
     )  # fmt: skip

@@ -332,7 +332,7 @@ def test_cli_config_errors_exit_2_naming_the_key(tmp_path, capsys, override, nam
 
 
 def test_the_sample_config_loads():
-    cfg = load_config(Path(__file__).parent.parent / "configs" / "pae_propose.yaml")
+    cfg = load_config(Path(__file__).resolve().parents[2] / "configs" / "pae_propose.yaml")
     assert cfg.proposer.llm.provider == "bedrock" and cfg.proposer.llm.model_id == BEDROCK_MODEL
     assert cfg.proposer.examples == "data/pae/site_examples.jsonl" and cfg.proposer.tasks_per_site == 25
     assert cfg.proposer.output == "data/pae/proposed_tasks.jsonl" and cfg.tasks.suite == "webvoyager"

@@ -11,7 +11,7 @@ from rlsys.actors.weight_store import WeightStore
 from rlsys.envs.tasks import miniwob_task
 from rlsys.policies import build_policy
 from tests.conftest import make_config
-from tests.test_policy import observation
+from tests.policies.test_policy import observation
 
 SERVER = {"num_cpus": 0.25, "max_batch": 16, "max_wait_ms": 200.0}
 

@@ -110,13 +110,35 @@ def test_train_refuses_an_api_policy_before_ray_starts(tmp_path, capsys):
     assert "no weights to train" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in (Path(__file__).parent.parent / "configs").glob("*.yaml")))
+RECIPES = Path(__file__).resolve().parents[2] / "configs"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in RECIPES.glob("*.yaml")))
 def test_shipped_configs_load(name):
-    cfg = load_config(Path(__file__).parent.parent / "configs" / name)
+    cfg = load_config(RECIPES / name)
     assert cfg.run.name
 
 
-RECIPES = Path(__file__).parent.parent / "configs"
+@pytest.mark.parametrize("name", ["quickstart", "quickstart.yaml", "digirl_off2on"])
+def test_a_packaged_config_loads_by_name_from_any_folder(name, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no configs/ here: the name resolves inside the installed package
+    by_name = load_config(name)
+    by_path = load_config(RECIPES / (name if name.endswith(".yaml") else f"{name}.yaml"))
+    assert by_name == by_path
+
+
+def test_a_file_wins_over_a_packaged_config_of_the_same_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "quickstart", {"run": {"name": "mine"}})
+    assert load_config("quickstart").run.name == "mine"
+
+
+def test_an_unknown_config_name_lists_the_packaged_ones(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"config file not found: quickstrat \(nor a packaged config: .*quickstart"):
+        load_config("quickstrat")
+    with pytest.raises(ConfigError, match="config file not found: elsewhere/quickstart$"):
+        load_config("elsewhere/quickstart")
 
 
 @pytest.mark.parametrize(

@@ -7,18 +7,13 @@ import random
 from pathlib import Path
 
 from rlsys.config import ConfigError, TasksConfig
-from rlsys.core.types import Task
+from rlsys.core.types import Task, task_group
 
 EVAL_SEED_BASE = 1_000_000  # evaluation problems never share a seed with training ones
 
 
 def miniwob_task(name: str, seed: int, split: str) -> Task:
     return Task(id=f"{name}#{seed}", instruction="", suite="miniwob", split=split, start=name, meta={"seed": seed})
-
-
-def task_group(task: Task) -> str:
-    """What success rates are reported per: the MiniWoB++ task, or the website."""
-    return task.start if task.suite == "miniwob" else task.meta.get("web_name") or task.suite
 
 
 def miniwob_names(names: list[str]) -> list[str]:

@@ -1,8 +1,9 @@
 """Collection: keeps the env runners busy and routes what they return.
 
 Training trajectories go to the replay buffer (those from policies more than `run.max_policy_lag`
-versions old are dropped and counted) and, at the end of each iteration, to the run's shards;
-evaluation episodes go to shards of their own. The counters here (trajectories, env steps,
+versions old are dropped and counted) and, at the end of each iteration, to the run's shards in
+`trajectories/`; evaluation episodes go to shards of their own in `eval/`, beside it, so that
+reading `trajectories/` gives training data alone. The counters here (trajectories, env steps,
 outcomes) are what a checkpoint records and a resumed run restores.
 """
 
@@ -15,10 +16,10 @@ import numpy as np
 
 from rlsys.actors.pool import RunnerPool
 from rlsys.config import Config
-from rlsys.core.types import Trajectory
+from rlsys.core.types import Trajectory, task_group
 from rlsys.dashboard import RunMetrics
 from rlsys.data.shards import ShardWriter
-from rlsys.envs.tasks import TaskSource, eval_groups, eval_tasks, task_group
+from rlsys.envs.tasks import TaskSource, eval_groups, eval_tasks
 from rlsys.metrics import judge_costs, summarize_eval
 
 
@@ -30,8 +31,9 @@ class Collector:
         # an offline run without evaluation starts no runner (no browser, no model in a runner)
         needs_runners = cfg.run.training != "offline" or bool(cfg.run.eval_every)
         self.pool = RunnerPool(cfg, weight_store, seed=cfg.run.seed) if needs_runners else None
-        self.writer = ShardWriter(run_dir / "trajectories")
-        self.eval_writer = ShardWriter(run_dir / "trajectories" / "eval")
+        move_old_layout(run_dir)
+        self.writer = ShardWriter(run_dir / "trajectories", split="train")
+        self.eval_writer = ShardWriter(run_dir / "eval", split="eval")
         self.counters: Counter = Counter()
         self.trajectories: list[Trajectory] = []  # this iteration's training trajectories
         self.new_trainable = 0  # trainable trajectories that reached the buffer since the last update
@@ -50,8 +52,8 @@ class Collector:
         self._fill(explore=True)
         self._route(self.pool.wait(0.5), min_version)
 
-    def evaluate(self, min_version: int | None) -> dict:
-        """Play the fixed evaluation problems greedily; their episodes go to trajectories/eval/."""
+    def evaluate(self, min_version: int | None, iteration: int) -> dict:
+        """Play the fixed evaluation problems greedily; their episodes go to eval/."""
         queue = eval_tasks(self.cfg.tasks, self.cfg.run.eval_episodes)
         groups = eval_groups(queue)
         results: list[Trajectory] = []
@@ -61,13 +63,13 @@ class Collector:
             if self.cfg.run.mode == "async" and not queue:
                 self._fill(explore=True)
             self._route(self.pool.wait(1.0), min_version, results)
-        self.eval_writer.write(results)
+        self.eval_writer.write(results, iteration)
         return summarize_eval(results, groups)
 
-    def end_iteration(self, elapsed_s: float, trained_from_version: int) -> dict:
+    def end_iteration(self, iteration: int, elapsed_s: float, trained_from_version: int) -> dict:
         """Write this iteration's training trajectories and summarise them."""
         trajs, self.trajectories = self.trajectories, []
-        self.writer.write(trajs)
+        self.writer.write(trajs, iteration)
         trainable = [t for t in trajs if t.trainable]
 
         def mean(values):
@@ -93,9 +95,9 @@ class Collector:
         record.update(judge_costs(trajs, "train"))
         return record
 
-    def save_unwritten(self) -> None:
-        """Write what was collected since the last iteration ended (the run is stopping)."""
-        self.writer.write(self.trajectories)
+    def save_unwritten(self, iteration: int) -> None:
+        """Write what was collected during `iteration`, which will not end (the run is stopping)."""
+        self.writer.write(self.trajectories, iteration)
         self.trajectories = []
 
     def _fill(self, explore: bool, queue: list | None = None, budget: int | None = None) -> int:
@@ -132,6 +134,14 @@ class Collector:
     def shutdown(self) -> None:
         if self.pool is not None:
             self.pool.shutdown()
+
+
+def move_old_layout(run_dir: Path) -> None:
+    """Runs written before evaluation and scored episodes moved out of trajectories/ get the new layout."""
+    for name in ("eval", "scored"):
+        old, new = run_dir / "trajectories" / name, run_dir / name
+        if old.is_dir() and not new.exists():
+            old.rename(new)
 
 
 def per_group_success(trajectories: list[Trajectory]) -> dict:

@@ -1,7 +1,7 @@
 """python -m rlsys.eval --config FILE --checkpoint DIR [key=value ...]
 
 Plays the evaluation tasks greedily with the policy saved in a checkpoint and prints the
-success rate per task. Results go to DIR/eval.json.
+success rate per task. Results go to DIR/eval.json, the episodes to DIR/eval/.
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ def main(argv=None) -> int:
 
     from rlsys.actors.pool import RunnerPool
     from rlsys.actors.weight_store import WeightStore
+    from rlsys.data.shards import ShardWriter
     from rlsys.envs.tasks import eval_groups, eval_tasks
     from rlsys.metrics import summarize_eval
     from rlsys.policies import build_policy
@@ -81,6 +82,7 @@ def main(argv=None) -> int:
             ray.shutdown()
     summary = summarize_eval(results, names)
     (ckpt / "eval.json").write_text(json.dumps(summary, indent=1))
+    ShardWriter(ckpt / "eval", split="eval").write(results)
     width = max(len(n) for n in names)
     for name in names:
         rate = summary[f"eval/success_rate/{name}"]

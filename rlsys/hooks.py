@@ -1,8 +1,8 @@
 """What an algorithm adds to the driver's loop between iterations, kept out of the loop itself.
 
 - Digi-Q ends its critic phase with a stage of its own: `critic/` (the trained critic, which
-  `learner.digiq.critic_path` reuses) and `trajectories/scored/` (the offline data with the Q, V and
-  advantage of every candidate).
+  `learner.digiq.critic_path` reuses) and `scored/` (the offline data with the Q, V and advantage of
+  every candidate).
 - PAE proposes new training tasks every `proposer.every` online iterations.
 
 A hook's `after_iteration(trainer)` runs once per finished iteration and returns metrics for its record.
@@ -57,15 +57,15 @@ def write_critic_stage(trainer: Trainer):
     checkpoint.write_files(tmp, stage["files"])
     shutil.rmtree(folder, ignore_errors=True)
     os.rename(tmp, folder)
-    scored_dir = run_dir / "trajectories" / "scored"
+    scored_dir = run_dir / "scored"
     shutil.rmtree(scored_dir, ignore_errors=True)
-    writer, scores = ShardWriter(scored_dir), stage["scores"]
+    writer, scores = ShardWriter(scored_dir, split="scored"), stage["scores"]
     for path in trainer.cfg.offline.data:
         chunk = [t for t in read_trajectories(path) if t.id in scores]
         for t in chunk:
             for step, step_scores in zip(t.steps, scores[t.id]):
                 step.info["digiq"] = step.info.get("digiq", {}) | step_scores
-        writer.write(chunk)
+        writer.write(chunk, trainer.iteration)
     print(f"critic stage: {folder}; scores of {len(scores)} trajectories in {scored_dir}", flush=True)
     return folder
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from rlsys.config import Config
-from rlsys.envs.tasks import task_group
+from rlsys.core.types import task_group
 
 
 class MetricsLogger:

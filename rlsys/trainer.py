@@ -71,7 +71,7 @@ class Trainer:
         try:
             self._loop(logger)
         except LearnerFailed as e:
-            self.collector.save_unwritten()  # what was collected since the last update is kept
+            self.collector.save_unwritten(self.iteration + 1)  # what was collected since the last update is kept
             raise LearnerFailed(f"{e}\n{self._resume_hint()}") from e
         finally:
             logger.close()
@@ -130,12 +130,12 @@ class Trainer:
         return bool(every) and (self.iteration % every == 0 or self.iteration == self.total_iterations)
 
     def evaluate(self) -> dict:
-        return self.collector.evaluate(self._min_version())
+        return self.collector.evaluate(self._min_version(), self.iteration)
 
     def _record(self, learner_metrics: dict, started: float) -> dict:
         trained_from = learner_metrics.get("learner/trained_from_version", self.version)
         record = {"iteration": self.iteration, "policy_version": self.version}
-        record.update(self.collector.end_iteration(time.perf_counter() - started, trained_from))
+        record.update(self.collector.end_iteration(self.iteration, time.perf_counter() - started, trained_from))
         if self.pool is not None and self.pool.evaluator is not None:
             record.update(ray.get(self.pool.evaluator.stats.remote(reset=True), timeout=60))
         record.update(learner_metrics)

@@ -23,6 +23,11 @@ class Task:
     meta: dict = field(default_factory=dict)
 
 
+def task_group(task: Task) -> str:
+    """What success rates are reported per: the MiniWoB++ task, or the website."""
+    return task.start if task.suite == "miniwob" else task.meta.get("web_name") or task.suite
+
+
 @dataclass
 class Observation:
     """What an agent sees at one step.

@@ -1,6 +1,11 @@
 """Trajectories on disk: append-only Parquet shards, one row per step, screenshots as PNG bytes.
 
-Any Parquet reader opens them (`pandas.read_parquet(folder)`, `ray.data.read_parquet(folder)`).
+Any Parquet reader opens them (`pandas.read_parquet(folder)`, DuckDB, `ray.data.read_parquet(folder)`).
+What people group by is a plain column: `task_id`, `task_group` (the MiniWoB++ task or the website),
+`split` (train, eval or scored), `iteration` (the training iteration that collected it; null where
+none did, e.g. imported data), `policy_version`, `outcome` and `is_final` (the row holds the final
+observation, what the last action led to, not a step). The rest of the task, the observation extras
+and the step info are JSON strings. Shards written before those columns existed read as before.
 A shard is written to a temporary name and renamed, so a crash never leaves half of one.
 """
 
@@ -16,11 +21,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import safetensors.numpy
 
-from rlsys.core.types import Observation, Step, Task, Trajectory
+from rlsys.core.types import Observation, Step, Task, Trajectory, task_group
 
 SCHEMA = pa.schema(
     [
         ("trajectory_id", pa.string()),
+        ("task_id", pa.string()),
+        ("task_group", pa.string()),
+        ("split", pa.string()),
+        ("iteration", pa.int32()),
         ("task", pa.string()),  # JSON of the Task
         ("outcome", pa.string()),
         ("env_id", pa.string()),
@@ -29,6 +38,7 @@ SCHEMA = pa.schema(
         # -1: a trajectory that ended before its first step; len(steps) with a null action_text: the final
         # observation (what the last action led to)
         ("step_index", pa.int32()),
+        ("is_final", pa.bool_()),
         ("screenshot_png", pa.binary()),
         ("ui_text", pa.string()),
         ("location", pa.string()),
@@ -60,13 +70,23 @@ def decode_features(data: bytes | None) -> dict[str, np.ndarray]:
     return dict(safetensors.numpy.load(data)) if data else {}
 
 
-def to_table(trajectories: Iterable[Trajectory]) -> pa.Table:
+GROUPING_COLUMNS = ("task_id", "task_group", "split", "iteration", "is_final")
+# what reading needs: every shard has these, also those written before the grouping columns existed
+STORED_SINCE_THE_START = [n for n in SCHEMA.names if n not in GROUPING_COLUMNS]
+
+
+def to_table(trajectories: Iterable[Trajectory], split: str = "train", iteration: int | None = None) -> pa.Table:
     rows = {name: [] for name in SCHEMA.names}
 
     def add(traj: Trajectory, index: int, step: Step | None, obs: Observation | None = None) -> None:
         obs = step.observation if step else obs
         values = {
             "trajectory_id": traj.id,
+            "task_id": traj.task.id,
+            "task_group": task_group(traj.task),
+            "split": split,
+            "iteration": iteration,
+            "is_final": step is None and obs is not None,
             "task": json.dumps(traj.task.__dict__),
             "outcome": traj.outcome,
             "env_id": traj.env_id,
@@ -146,18 +166,18 @@ def from_table(table: pa.Table) -> list[Trajectory]:
     return list(out.values())
 
 
-def write_shard(path: Path, trajectories: list[Trajectory]) -> int:
+def write_shard(path: Path, trajectories: list[Trajectory], split: str = "train", iteration: int | None = None) -> int:
     """Write trajectories to one Parquet file atomically; returns its size in bytes."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    pq.write_table(to_table(trajectories), tmp, compression="zstd")
+    pq.write_table(to_table(trajectories, split, iteration), tmp, compression="zstd")
     os.replace(tmp, path)
     return path.stat().st_size
 
 
 def read_shard(path: Path) -> list[Trajectory]:
     try:
-        table = pq.read_table(path, schema=SCHEMA)
+        table = pq.read_table(path, columns=STORED_SINCE_THE_START)
     except (pa.ArrowInvalid, OSError) as e:
         raise StorageError(f"{path}: not a readable trajectory shard ({e})") from None
     try:
@@ -167,21 +187,23 @@ def read_shard(path: Path) -> list[Trajectory]:
 
 
 class ShardWriter:
-    """Appends trajectories to `folder` as numbered shards; continues numbering after a restart."""
+    """Appends trajectories to `folder` as numbered shards of one `split`; continues numbering after a
+    restart."""
 
-    def __init__(self, folder: str | os.PathLike):
+    def __init__(self, folder: str | os.PathLike, split: str = "train"):
         self.folder = Path(folder)
+        self.split = split
         self.folder.mkdir(parents=True, exist_ok=True)
         existing = sorted(self.folder.glob("shard-*.parquet"))
         self.next_index = int(existing[-1].stem.split("-")[1]) + 1 if existing else 0
         self.bytes_written = 0
         self.steps_written = 0
 
-    def write(self, trajectories: list[Trajectory]) -> Path | None:
+    def write(self, trajectories: list[Trajectory], iteration: int | None = None) -> Path | None:
         if not trajectories:
             return None
         path = self.folder / f"shard-{self.next_index:06d}.parquet"
-        self.bytes_written += write_shard(path, trajectories)
+        self.bytes_written += write_shard(path, trajectories, self.split, iteration)
         self.steps_written += sum(len(t.steps) for t in trajectories)
         self.next_index += 1
         return path

@@ -97,3 +97,28 @@ def test_corrupt_shard_is_a_clear_error(tmp_path):
     bad.write_bytes(b"PAR1 this is not parquet")
     with pytest.raises(StorageError, match="shard-000000.parquet: not a readable trajectory shard"):
         read_shard(bad)
+
+
+def test_grouping_columns_are_plain_columns(tmp_path):
+    ShardWriter(tmp_path, split="eval").write([trajectory(2, seed=3), trajectory(1, "failure", seed=4)], iteration=7)
+    df = pd.read_parquet(tmp_path)
+    assert list(df["task_id"].unique()) == ["t3", "t4"]
+    assert set(df["task_group"]) == {"click-test-2"} and set(df["split"]) == {"eval"} and set(df["iteration"]) == {7}
+    assert df["is_final"].tolist() == [False, False, True, False, True]  # each trajectory ends in its final screen
+    per_outcome = df[~df["is_final"]].groupby("outcome")["trajectory_id"].nunique().to_dict()
+    assert per_outcome == {"failure": 1, "success": 1}
+    ShardWriter(tmp_path / "imported").write([trajectory(1)])  # no iteration collected imported data
+    assert pd.read_parquet(tmp_path / "imported")["iteration"].isna().all()
+
+
+def test_shards_written_before_the_grouping_columns_still_read(tmp_path):
+    import pyarrow.parquet as pq
+
+    from rlsys.data.shards import GROUPING_COLUMNS, to_table
+
+    trajs = [trajectory(2, seed=8)]
+    old = to_table(trajs).drop_columns(list(GROUPING_COLUMNS))
+    pq.write_table(old, tmp_path / "shard-000000.parquet")
+    (back,) = read_trajectories(tmp_path)
+    assert back.id == trajs[0].id and [s.action_text for s in back.steps] == ["click [0]", "click [0]"]
+    assert back.final_observation.screenshot_png == trajs[0].final_observation.screenshot_png

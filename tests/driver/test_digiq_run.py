@@ -84,7 +84,7 @@ def test_two_phase_run_extracts_a_policy_that_prefers_the_better_action(prepared
 
     # the critic stage: its files, and every candidate's Q, V and advantage written with the trajectories
     assert sorted(p.name for p in (cfg.output_dir / "critic").iterdir()) == ["critic.json", "critic.safetensors"]
-    scored = read_trajectories(cfg.output_dir / "trajectories" / "scored")
+    scored = read_trajectories(cfg.output_dir / "scored")
     assert len(scored) == len(raw)
     good_adv, other_adv = [], []
     for t in scored:

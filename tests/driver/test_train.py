@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 
+import pandas as pd
 import psutil
 import pyarrow.parquet as pq
 import pytest
@@ -56,6 +57,13 @@ def test_sync_run_completes_with_metrics_eval_and_checkpoints(sync_run):
     stored = read_trajectories(cfg.output_dir / "trajectories")
     assert len(stored) == records[-1]["trajectories"]
     assert all(s.policy_version in (0, 1) for t in stored for s in t.steps)
+    # evaluation episodes live beside the training data, not inside it
+    training = pd.read_parquet(cfg.output_dir / "trajectories")
+    assert set(training["split"]) == {"train"} and set(training["iteration"]) <= {1, 2}
+    assert training["trajectory_id"].nunique() == len(stored)
+    evaluated = pd.read_parquet(cfg.output_dir / "eval")
+    assert set(evaluated["split"]) == {"eval"} and sorted(evaluated["iteration"].unique()) == [0, 2]
+    assert evaluated["trajectory_id"].nunique() == 4 * 2
 
 
 def test_eval_cli_scores_a_checkpoint(sync_run, tmp_path, capsys):
@@ -67,6 +75,9 @@ def test_eval_cli_scores_a_checkpoint(sync_run, tmp_path, capsys):
     out = capsys.readouterr().out
     summary = json.loads((final / "eval.json").read_text())
     assert summary["eval/episodes"] == 4 and "overall" in out and "click-test-2" in out
+    kept = read_trajectories(final / "eval")  # the episodes behind the numbers are kept
+    judged = [t for t in kept if t.trainable]
+    assert len(kept) == 4 and sum(t.outcome == "success" for t in judged) == round(len(judged) * summary["eval/success_rate"])
     assert eval_main(["--config", str(config_file), "--checkpoint", str(tmp_path)]) == 2  # no policy there
 
 

@@ -60,8 +60,9 @@ def test_every_roof_module_is_forbidden_to_the_layers_below():
 
 
 def test_nothing_points_outside_the_repository():
+    notes = ["REFERENCE", "DESIGN"]  # the design notes the project started from live outside it
     found = subprocess.run(
-        ["git", "grep", "-n", "-e", "REFERENCE.md", "-e", "DESIGN.md", "--", ":!tests/layout/"],
+        ["git", "grep", "-n", "-e", f"{notes[0]}.md", "-e", f"{notes[1]}.md"],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from rlsys import __version__
-from rlsys.config import ConfigError, check_paths, load_config
+from rlsys.config import ConfigError, check_extras, check_paths, load_config
 from rlsys.envs.android.emulator import check_local_setup
 from rlsys.envs.evaluators import check_setup
 from rlsys.envs.tasks import check_tasks
@@ -34,6 +34,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     try:
         cfg = load_config(args.config, args.overrides)
+        check_extras(cfg)
         check_tasks(cfg.tasks, cfg.env.kind)
         check_setup(cfg.evaluator)
         check_local_setup(cfg)

@@ -7,7 +7,7 @@ import os
 import sys
 
 from rlsys import __version__
-from rlsys.config import Config, ConfigError, build, check_paths, save_config, unresolved_dict
+from rlsys.config import Config, ConfigError, build, check_extras, check_paths, save_config, unresolved_dict
 from rlsys.envs.android.emulator import check_local_setup
 from rlsys.envs.evaluators import check_setup
 from rlsys.envs.tasks import check_tasks
@@ -31,6 +31,7 @@ def main(argv=None) -> int:
     try:  # every config problem is reported before Ray starts
         raw = unresolved_dict(config_path, args.overrides)
         cfg = build(Config, raw)
+        check_extras(cfg)
         check_tasks(cfg.tasks, cfg.env.kind)
         check_setup(cfg.evaluator)
         check_local_setup(cfg)

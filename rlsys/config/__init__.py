@@ -6,7 +6,7 @@ section (run.py, env.py, policy.py, learner.py, evaluator.py; schema.py holds th
 loader reads and validates files, and checks.py holds the rules that span sections.
 """
 
-from rlsys.config.checks import check_consistency, check_paths
+from rlsys.config.checks import check_consistency, check_extras, check_paths
 from rlsys.config.env import AndroidConfig, EnvConfig, SimConfig, TasksConfig
 from rlsys.config.errors import ConfigError
 from rlsys.config.evaluator import EvaluatorConfig, EvaluatorPoolConfig, JudgeConfig, ProposerConfig
@@ -62,6 +62,7 @@ __all__ = [
     "TasksConfig",
     "build",
     "check_consistency",
+    "check_extras",
     "check_paths",
     "config_path",
     "is_secret_name",

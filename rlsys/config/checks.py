@@ -153,3 +153,19 @@ def _get(cfg: Config, dotted: str) -> Any:
     for part in dotted.split("."):
         node = getattr(node, part)
     return node
+
+
+def check_extras(cfg: Config) -> None:
+    """A hosted model on Bedrock needs boto3, the `bedrock` extra: say so before anything starts,
+    not at the first judge call or proposal round."""
+    users = [
+        ("policy.api.provider", cfg.policy.kind == "api" and cfg.policy.api.provider == "bedrock"),
+        ("evaluator.judge.provider", cfg.evaluator.uses_judge and cfg.evaluator.judge.provider == "bedrock"),
+        ("proposer.llm.provider", bool(cfg.proposer.every) and cfg.proposer.llm.provider == "bedrock"),
+    ]
+    for key, uses_bedrock in users:
+        if uses_bedrock:
+            try:
+                import boto3  # noqa: F401
+            except ImportError:
+                raise ConfigError(f"{key} is 'bedrock', which needs boto3: pip install 'rlsys[bedrock]'") from None

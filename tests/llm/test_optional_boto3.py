@@ -95,3 +95,21 @@ def test_propose_tasks_reports_missing_boto3_as_a_config_error(tmp_path):
     assert "config error: proposer.llm.provider is 'bedrock'" in result.stderr
     assert "pip install 'rlsys[bedrock]'" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_training_with_a_bedrock_judge_and_no_boto3_stops_before_ray_starts(tmp_path):
+    """The train CLI names the key and the extra at start-up, not at the first judge call of the run."""
+    config = tmp_path / "cfg.yaml"
+    judge = {"provider": "bedrock", "model_id": "anthropic.claude-test"}
+    evaluator = {"kind": "judge", "judge": judge}
+    config.write_text(yaml.safe_dump({"run": {"output_dir": str(tmp_path / "run")}, "evaluator": evaluator}))
+    result = run_python(
+        NO_BOTO3
+        + f"""
+from rlsys.train import main
+sys.exit(main(["--config", {str(config)!r}]))
+"""
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "evaluator.judge.provider is 'bedrock', which needs boto3: pip install 'rlsys[bedrock]'" in result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "run" / "checkpoints").exists()

@@ -1,4 +1,8 @@
-"""Run metrics: one JSON object per iteration in metrics.jsonl, optional wandb, a progress bar."""
+"""Run metrics: one JSON object per iteration in metrics.jsonl, optional wandb, a progress bar.
+
+With wandb on, an evaluation also logs a table of its episodes (task, outcome, steps, actions, the
+last screen), so the curves come with the episodes behind them.
+"""
 
 from __future__ import annotations
 
@@ -31,12 +35,16 @@ class MetricsLogger:
                 settings=wandb.Settings(api_key=cfg.metrics.wandb_api_key) if cfg.metrics.wandb_api_key else None,
             )
 
-    def log(self, record: dict, advance: bool = True) -> None:
+    def log(self, record: dict, advance: bool = True, episodes: list | None = None) -> None:
+        """One iteration's record; `episodes`, the evaluation episodes behind it, go to wandb as a table."""
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
         self._file.write(json.dumps(clean) + "\n")
         self._file.flush()
         if self._wandb is not None:
-            self._wandb.log({k: v for k, v in clean.items() if isinstance(v, (int, float))}, step=record["iteration"])
+            logged = {k: v for k, v in clean.items() if isinstance(v, (int, float))}
+            if episodes:
+                logged["eval/episodes_table"] = episode_table(episodes[:WANDB_EPISODES])
+            self._wandb.log(logged, step=record["iteration"])
         if advance:
             self._bar.update(1)
         shown = {
@@ -54,6 +62,25 @@ class MetricsLogger:
         self._file.close()
         if self._wandb is not None:
             self._wandb.finish()
+
+
+WANDB_EPISODES = 16  # evaluation episodes per wandb table
+
+
+def episode_table(trajectories: list):
+    """A wandb table: one row per episode, with the screen its last action led to."""
+    import io
+
+    import wandb
+    from PIL import Image
+
+    table = wandb.Table(columns=["task", "group", "outcome", "steps", "actions", "last screen"])
+    for t in trajectories:
+        last = t.final_observation or (t.steps[-1].observation if t.steps else None)
+        image = wandb.Image(Image.open(io.BytesIO(last.screenshot_png))) if last and last.screenshot_png else None
+        actions = " | ".join(s.action_text for s in t.steps)
+        table.add_data(t.task.id, task_group(t.task), t.outcome, len(t.steps), actions, image)
+    return table
 
 
 def summarize_eval(results: list, groups: list[str]) -> dict:

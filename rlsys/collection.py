@@ -37,6 +37,7 @@ class Collector:
         self.counters: Counter = Counter()
         self.trajectories: list[Trajectory] = []  # this iteration's training trajectories
         self.new_trainable = 0  # trainable trajectories that reached the buffer since the last update
+        self.last_eval: list[Trajectory] = []  # the latest evaluation's episodes
         self.dashboard = RunMetrics(cfg.run.name)
 
     def collect(self, episodes: int, min_version: int | None) -> None:
@@ -64,6 +65,7 @@ class Collector:
                 self._fill(explore=True)
             self._route(self.pool.wait(1.0), min_version, results)
         self.eval_writer.write(results, iteration)
+        self.last_eval = results
         return summarize_eval(results, groups)
 
     def end_iteration(self, iteration: int, elapsed_s: float, trained_from_version: int) -> dict:

@@ -36,6 +36,7 @@ from rlsys.hooks import hooks_for
 from rlsys.learners.group import LearnerFailed, LearnerGroup
 from rlsys.learners.registry import offline_phase_length, total_iterations
 from rlsys.metrics import MetricsLogger, read_metrics
+from rlsys.report import RunReport
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,7 @@ class Trainer:
         self.collector = Collector(cfg, self.buffer, self.weight_store, self.run_dir, self.tasks)
         self.pool = self.collector.pool
         self.hooks = hooks_for(cfg)
+        self.report = RunReport(self.run_dir) if cfg.metrics.report else None
         if resume and checkpoint.latest(self.run_dir) is not None:
             self._restore()
         else:
@@ -75,11 +77,14 @@ class Trainer:
             raise LearnerFailed(f"{e}\n{self._resume_hint()}") from e
         finally:
             logger.close()
+        written = self._write_report()
+        if written is not None:
+            print(f"run report: {written}", flush=True)
         return read_metrics(self.run_dir)
 
     def _loop(self, logger: MetricsLogger) -> None:
         if self.iteration == 0 and self.cfg.run.eval_at_start and self.cfg.run.eval_every:
-            logger.log({"iteration": 0, "policy_version": self.version, **self.evaluate()}, advance=False)
+            self._log(logger, {"iteration": 0, "policy_version": self.version, **self.evaluate()}, advance=False)
         started = time.perf_counter()
         while self.iteration < self.total_iterations:
             metrics = self._collect_and_update()  # the learner publishes the version it trained
@@ -91,7 +96,7 @@ class Trainer:
                 record.update(hook.after_iteration(self))
             if self._due(self.cfg.run.eval_every):
                 record.update(self.evaluate())
-            logger.log(record)
+            self._log(logger, record)
             if self._due(self.cfg.run.checkpoint_every):
                 self.save_checkpoint()
             started = time.perf_counter()
@@ -131,6 +136,25 @@ class Trainer:
 
     def evaluate(self) -> dict:
         return self.collector.evaluate(self._min_version(), self.iteration)
+
+    def _log(self, logger: MetricsLogger, record: dict, advance: bool = True) -> None:
+        """The record to metrics.jsonl (and wandb, with the episodes of an evaluation); after an
+        evaluation, the run report too."""
+        evaluated = "eval/episodes" in record
+        logger.log(record, advance, episodes=self.collector.last_eval if evaluated else None)
+        if evaluated:
+            self._write_report()
+
+    def _write_report(self) -> Path | None:
+        """The run report, when `metrics.report` is on; a report that cannot be written costs a warning,
+        never the run (rlsys-report RUN_DIR writes it again later)."""
+        if self.report is None:
+            return None
+        try:
+            return self.report.write()
+        except Exception as e:  # noqa: BLE001 - whatever broke the page, training goes on
+            log.warning("the run report could not be written (%s: %s); training goes on", type(e).__name__, e)
+            return None
 
     def _record(self, learner_metrics: dict, started: float) -> dict:
         trained_from = learner_metrics.get("learner/trained_from_version", self.version)

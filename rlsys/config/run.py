@@ -66,3 +66,4 @@ class MetricsConfig:
     wandb_mode: Literal["offline", "online", "disabled"] = "offline"
     wandb_api_key: str | None = None  # use ${env:WANDB_API_KEY}; never a literal key
     progress: bool = True
+    report: bool = True  # rewrite runs/NAME/report.html after every evaluation and at the end

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import make_config
 
 from rlsys.config import ApiConfig, ProposerConfig, load_config
 from rlsys.core.types import Task
@@ -17,6 +16,7 @@ from rlsys.envs.tasks import TaskSource
 from rlsys.envs.web.task_files import load_task_file
 from rlsys.llm import make_client
 from rlsys.propose_tasks import main, normalize_question, propose, propose_new_tasks
+from tests.conftest import make_config
 from tests.http_stubs import BedrockStub, OpenAIStub, Recorded, Reply
 
 BEDROCK_MODEL = "anthropic.claude-3-sonnet-20240229-v1:0"

@@ -61,6 +61,9 @@ def test_sync_run_completes_with_metrics_eval_and_checkpoints(sync_run):
     training = pd.read_parquet(cfg.output_dir / "trajectories")
     assert set(training["split"]) == {"train"} and set(training["iteration"]) <= {1, 2}
     assert training["trajectory_id"].nunique() == len(stored)
+    # the report was rewritten after the last evaluation: it holds the final numbers
+    page = (cfg.output_dir / "report.html").read_text()
+    assert f'{100 * records[-1]["eval/success_rate"]:.1f}' in page and "click-tab" in page
     evaluated = pd.read_parquet(cfg.output_dir / "eval")
     assert set(evaluated["split"]) == {"eval"} and sorted(evaluated["iteration"].unique()) == [0, 2]
     assert evaluated["trajectory_id"].nunique() == 4 * 2
@@ -77,7 +80,8 @@ def test_eval_cli_scores_a_checkpoint(sync_run, tmp_path, capsys):
     assert summary["eval/episodes"] == 4 and "overall" in out and "click-test-2" in out
     kept = read_trajectories(final / "eval")  # the episodes behind the numbers are kept
     judged = [t for t in kept if t.trainable]
-    assert len(kept) == 4 and sum(t.outcome == "success" for t in judged) == round(len(judged) * summary["eval/success_rate"])
+    successes = sum(t.outcome == "success" for t in judged)
+    assert len(kept) == 4 and successes == round(len(judged) * summary["eval/success_rate"])
     assert eval_main(["--config", str(config_file), "--checkpoint", str(tmp_path)]) == 2  # no policy there
 
 
@@ -175,3 +179,32 @@ def test_sigkill_then_resume_keeps_counters_optimizer_and_buffer(tmp_path):
     assert updates > 0 and adam_steps == {updates}  # optimizer state survived the kill
 
     assert_no_browsers_left(resumed_at)
+
+
+def test_the_runs_own_report_renders_in_a_browser(sync_run, browser):
+    """The report the trainer wrote for a real run: curves drawn, the evaluation table, an episode's
+    screenshot loaded, and nothing fetched from the network."""
+    from selenium.webdriver.common.by import By
+
+    from tests.driver.conftest import load
+
+    cfg, records = sync_run
+    page = cfg.output_dir / "report.html"
+    load(browser, page)
+    curves = browser.find_elements(By.CSS_SELECTOR, "#curves svg polyline")
+    points = [line.get_attribute("points").count(",") for line in curves]
+    assert points and min(points) >= 1 and max(points) >= 2  # every curve has a point, some join two
+    table = browser.find_element(By.ID, "eval-table").text
+    assert "click-tab" in table and "click-test-2" in table
+    rows = browser.find_elements(By.CSS_SELECTOR, "#traj-list tbody tr")
+    trained = sum(r["train/trajectories"] for r in records[1:])
+    assert len(rows) == min(50, trained + 4 * 2)  # every training and evaluation episode, first page of 50
+    rows[0].click()
+    image = browser.find_element(By.CSS_SELECTOR, "#traj-detail img")
+    assert browser.execute_script("return arguments[0].complete && arguments[0].naturalWidth", image) > 0
+    requested = [
+        m["params"]["request"]["url"]
+        for m in (json.loads(e["message"])["message"] for e in browser.network_log + browser.get_log("performance"))
+        if m["method"] == "Network.requestWillBeSent"
+    ]
+    assert [u for u in requested if u != page.as_uri() and not u.startswith("data:")] == []

@@ -2,11 +2,11 @@ import json
 
 import pytest
 import yaml
-from conftest import make_config
 
 from rlsys.config import ConfigError
 from rlsys.envs.tasks import TaskSource, check_tasks, eval_groups, eval_tasks
 from rlsys.envs.web.miniwob import available_tasks
+from tests.conftest import make_config
 
 
 def write_tasks(path, rows):

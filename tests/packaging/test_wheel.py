@@ -72,7 +72,7 @@ def test_the_wheel_holds_only_the_rlsys_namespace_with_its_configs_and_templates
         assert expected in names, expected
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     scripts = zipfile.ZipFile(wheel).read(entry_points).decode()
-    for script in ("rlsys-train", "rlsys-eval", "rlsys-data", "rlsys-digiq", "rlsys-propose-tasks"):
+    for script in ("rlsys-train", "rlsys-eval", "rlsys-data", "rlsys-digiq", "rlsys-propose-tasks", "rlsys-report"):
         assert f"{script} = " in scripts
 
 

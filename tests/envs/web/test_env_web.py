@@ -8,7 +8,6 @@ import time
 
 import psutil
 import pytest
-from conftest import make_config
 from PIL import Image
 
 from rlsys.config import EnvConfig, build
@@ -17,6 +16,7 @@ from rlsys.core.evaluator import judge_inputs
 from rlsys.core.types import Step, Task, Trajectory
 from rlsys.envs.autoui_format import AutoUIAction, render_autoui
 from rlsys.envs.web.webenv import WebEnv
+from tests.conftest import make_config
 
 
 def web_config(tmp_path, **env):

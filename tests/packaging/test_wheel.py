@@ -30,8 +30,10 @@ def wheel(tmp_path_factory) -> Path:
     source, dist = tmp_path_factory.mktemp("source"), tmp_path_factory.mktemp("dist")
     listed = run("git", "ls-files", "--cached", "--others", "--exclude-standard", cwd=ROOT)
     for name in listed.stdout.splitlines():
-        if (ROOT / name).is_file():
-            (source / name).parent.mkdir(parents=True, exist_ok=True)
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
+        if (ROOT / name).is_symlink():  # rlsys/actors -> ../actors and its siblings
+            (source / name).symlink_to(os.readlink(ROOT / name))
+        elif (ROOT / name).is_file():
             shutil.copy2(ROOT / name, source / name)
     built = run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", dist, source)
     assert built.returncode == 0, built.stderr

@@ -9,12 +9,8 @@ builds that one itself.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from rlsys.config import EnvConfig
-from rlsys.core.types import Observation
-
-Validator = Callable[[Observation, str], str | None]  # the parse error, or None for a valid action
+from rlsys.core.types import Observation, Validator
 
 
 def make_env(cfg: EnvConfig, env_id: str, fuzzy_judge=None):

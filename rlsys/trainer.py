@@ -52,7 +52,6 @@ class Trainer:
         self.learners = LearnerGroup(cfg, self.buffer, self.weight_store)
         # runners start (browser, model imports) while the learner builds and publishes weights
         self.collector = Collector(cfg, self.buffer, self.weight_store, self.run_dir, self.tasks)
-        self.pool = self.collector.pool
         self.hooks = hooks_for(cfg)
         self.report = RunReport(self.run_dir) if cfg.metrics.report else None
         if resume and checkpoint.latest(self.run_dir) is not None:
@@ -100,6 +99,11 @@ class Trainer:
             if self._due(self.cfg.run.checkpoint_every):
                 self.save_checkpoint()
             started = time.perf_counter()
+
+    @property
+    def pool(self):
+        """The runner pool (None for an offline run that does not evaluate)."""
+        return self.collector.pool
 
     def _collect_and_update(self) -> dict | None:
         if self.iteration < self.offline_iterations:

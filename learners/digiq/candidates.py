@@ -4,11 +4,9 @@ at most `max_redraws` times per slot; a slot still invalid after that stays out 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
-from rlsys.core.types import Observation
-
-Validator = Callable[[Observation, str], str | None]  # the parse error, or None for a valid action
+from rlsys.core.types import Observation, Validator
 
 
 def sample_candidates(

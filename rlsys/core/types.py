@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -126,3 +127,8 @@ class Trajectory:
     def next_observation(self, index: int) -> Observation | None:
         """s' of step `index`: the next step's observation, or the final one after the last step."""
         return self.steps[index + 1].observation if index + 1 < len(self.steps) else self.final_observation
+
+
+# Whether a text is an action of an env's action space: the parse error, or None for a valid action
+# (`rlsys.envs.action_validator` makes one; Digi-Q's candidate sampler takes one).
+Validator = Callable[[Observation, str], str | None]

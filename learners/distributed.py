@@ -8,7 +8,6 @@ learner) every function here is the identity.
 
 from __future__ import annotations
 
-import socket
 from datetime import timedelta
 
 import torch
@@ -52,24 +51,24 @@ def sum_gradients(params: list[torch.nn.Parameter]) -> None:
         offset += n
 
 
-def free_address() -> tuple[str, int]:
-    """This node's IP and a free TCP port: where rank 0 serves the group's rendezvous."""
+def open_rendezvous(timeout_s: float) -> dist.TCPStore:
+    """Rank 0: the group's rendezvous store, listening on a port the OS picks while binding it. Choosing a
+    free port first and binding it later loses races with other processes on a busy node (EADDRINUSE)."""
     import ray
 
-    ip = ray.util.get_node_ip_address()
-    with socket.socket() as s:
-        s.bind((ip, 0))
-        return ip, s.getsockname()[1]
-
-
-def join(address: str, port: int, rank: int, world_size: int, backend: str, timeout_s: float) -> None:
-    dist.init_process_group(
-        backend,
-        init_method=f"tcp://{address}:{port}",
-        rank=rank,
-        world_size=world_size,
+    return dist.TCPStore(
+        ray.util.get_node_ip_address(), 0, is_master=True, wait_for_workers=False,
         timeout=timedelta(seconds=timeout_s),
     )
+
+
+def join(store: dist.TCPStore | None, address: str, port: int, rank: int, world_size: int, backend: str,
+         timeout_s: float) -> None:
+    """Join the group through rank 0's store: rank 0 passes the store it opened, the others connect to it."""
+    timeout = timedelta(seconds=timeout_s)
+    if store is None:
+        store = dist.TCPStore(address, port, is_master=False, timeout=timeout)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
 
 
 def _device() -> str:

@@ -39,6 +39,7 @@ class Learner:
         self.policy = build_policy(cfg.policy, seed=cfg.run.seed, device=self.device)
         self.algorithm = build_algorithm(cfg, self.policy, self.device)
         self.version = 0
+        self._store = None  # rank 0's rendezvous store, kept open while the group lives
 
     def device_name(self) -> str:
         return self.device
@@ -66,12 +67,14 @@ class Learner:
         return digest.hexdigest()
 
     def rendezvous(self) -> tuple[str, int]:
-        """Rank 0: where the group meets."""
-        return distributed.free_address()
+        """Rank 0: open the store where the group meets and say where it listens."""
+        self._store = distributed.open_rendezvous(self.cfg.learner.group_timeout_s)
+        return self._store.host, self._store.port
 
     def join_group(self, address: str, port: int) -> int:
         backend = "nccl" if self.device.startswith("cuda") else "gloo"
-        distributed.join(address, port, self.rank, self.world_size, backend, self.cfg.learner.group_timeout_s)
+        timeout_s = self.cfg.learner.group_timeout_s
+        distributed.join(self._store, address, port, self.rank, self.world_size, backend, timeout_s)
         return self.rank
 
     def publish(self) -> int:

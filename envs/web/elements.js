@@ -1,39 +1,230 @@
-// Finds the interactive elements of the page in one call, numbered in document order.
-// Interactive: visible (hit-tested at its centre), a form control, link, list or table cell,
-// or anything with an onclick handler or a pointer cursor; only the innermost such elements
-// are kept. The elements are remembered in window.__rlsysElements for the action that follows.
-// Elements outside the viewport fail the hit test and are not listed.
+// Lists the page's interactive elements in one call, in document order, named and given roles the way
+// assistive technology names them (aria-labelledby, aria-label, <label>, alt text, content).
+//
+// Interactive: a control (link, button, form field, summary, an element with a widget role, contenteditable),
+// or a list item, table cell, element with an onclick handler or a pointer cursor.
+// Nested: a link, button, summary or option absorbs everything inside it (a link's <code> and <span>s are the
+// link); an element with a widget role absorbs what is inside it except native controls. Of the rest, only the
+// innermost are kept (a button, not the clickable card around it; a link, not the <li> around it).
+// Visible: some client rect of the element (a link wrapping onto two lines has two) intersects the viewport and
+// hit-tests to the element at one of a few points in it, so elements scrolled away or covered (by a sticky
+// header, a dialog) are left out. The box is the first visible rect, the point the first that hit-tested.
+// Same-origin iframes and open shadow roots are searched as part of the page.
+// The elements are remembered in window.__rlsysElements for the action that follows.
 function findElements(rootSelector, skipIds) {
-const root = document.querySelector(rootSelector) || document.body;
-const skip = new Set(skipIds);
-const TAGS = new Set(["INPUT", "TEXTAREA", "SELECT", "BUTTON", "A", "IFRAME", "VIDEO", "LI", "TD", "OPTION"]);
-const candidates = [];
-for (const el of root.querySelectorAll("*")) {
-  if (skip.has(el.id) || [...skip].some((id) => el.closest("#" + id))) continue;
-  const interactive = TAGS.has(el.tagName) || el.onclick != null || el.hasAttribute("onclick")
-    || getComputedStyle(el).cursor === "pointer";
-  if (!interactive) continue;
-  const r = el.getBoundingClientRect();
-  if (r.width * r.height < 20) continue;
-  const cx = r.left + r.width / 2, cy = r.top + r.height / 2;
-  const hit = document.elementFromPoint(cx, cy);
-  if (!hit || !(hit === el || el.contains(hit) || (el.labels && [...el.labels].includes(hit)))) continue;
-  candidates.push(el);
+const MIN_AREA = 20;  // px²: smaller rects are specks, not targets
+const MAX_TEXT = 80;
+const CONTROLS = new Set(["A", "BUTTON", "INPUT", "SELECT", "TEXTAREA", "SUMMARY", "OPTION", "IFRAME", "VIDEO"]);
+const WIDGET_ROLES = new Set(["button", "link", "checkbox", "radio", "switch", "tab", "menuitem", "menuitemcheckbox",
+  "menuitemradio", "option", "textbox", "searchbox", "combobox", "slider", "spinbutton", "treeitem"]);
+// Controls whose name comes from their content: what is inside them is part of them.
+const ABSORBING_TAGS = new Set(["A", "BUTTON", "SUMMARY", "OPTION"]);
+const NATIVE = new Set(["A", "BUTTON", "INPUT", "SELECT", "TEXTAREA", "SUMMARY", "OPTION", "IFRAME", "VIDEO"]);
+const ABSORBING_ROLES = new Set(["button", "link", "tab", "menuitem", "menuitemcheckbox", "menuitemradio", "option",
+  "treeitem", "checkbox", "radio", "switch"]);
+const WEAK_TAGS = new Set(["LI", "TD", "A"]);  // <a> without href: clickable only by script
+const FIELD_ROLE = {checkbox: "checkbox", radio: "radio", range: "slider", number: "spinbutton", search: "searchbox",
+  button: "button", submit: "button", reset: "button", image: "button", file: "button"};
+const TEXT_INPUTS = new Set(["text", "search", "email", "password", "number", "tel", "url"]);
+const vw = innerWidth, vh = innerHeight;
+const clean = (s) => (s || "").replace(/\s+/g, " ").trim();
+const explicitRole = (el) => (el.getAttribute("role") || "").trim().split(/\s+/)[0].toLowerCase();
+
+function isControl(el) {
+  if (el.tagName === "A") return el.hasAttribute("href");
+  if (el.tagName === "INPUT") return el.type !== "hidden";
+  return CONTROLS.has(el.tagName) || WIDGET_ROLES.has(explicitRole(el)) || el.isContentEditable
+    && !(el.parentElement && el.parentElement.isContentEditable);
 }
-const kept = candidates.filter((el) => !candidates.some((o) => o !== el && el.contains(o)));
-const text = (el) => {
-  let t = (el.labels && el.labels.length ? el.labels[0].innerText : el.innerText || el.value || "")
-    || el.getAttribute("aria-label") || el.getAttribute("placeholder")
-    || (el.closest("[title]") ? el.closest("[title]").getAttribute("title") : "");
-  return t.replace(/\s+/g, " ").trim().slice(0, 60);
-};
-window.__rlsysElements = kept;
-return kept.map((el) => {
-  const r = el.getBoundingClientRect();
+const isNative = (el) => NATIVE.has(el.tagName) && isControl(el);
+const absorbsAll = (el) => ABSORBING_TAGS.has(el.tagName) && isControl(el);  // all inside is part of it
+const absorbsParts = (el) => ABSORBING_ROLES.has(explicitRole(el));  // all inside but native controls
+const ABSORBER_SELECTOR = "a[href], button, summary, option";
+function isInteractive(el) {
+  return isControl(el) || WEAK_TAGS.has(el.tagName) || el.onclick != null || el.hasAttribute("onclick")
+    || getComputedStyle(el).cursor === "pointer";
+}
+
+// -- where things are: each document (the page, a same-origin iframe) is a context ----------------
+function deepHit(root, x, y) {
+  let hit = root.elementFromPoint(x, y);
+  while (hit && hit.shadowRoot) {
+    const inner = hit.shadowRoot.elementFromPoint(x, y);
+    if (!inner || inner === hit) break;
+    hit = inner;
+  }
+  return hit;
+}
+function composedParent(node) {
+  return node.parentNode instanceof ShadowRoot ? node.parentNode.host : node.parentElement;
+}
+function owns(el, hit) {
+  for (let n = hit; n; n = composedParent(n)) if (n === el) return true;
+  return Boolean(el.labels && [...el.labels].some((label) => label === hit || label.contains(hit)));
+}
+function makeContext(doc, frame, parent) {
+  let dx = 0, dy = 0, clip = [0, 0, vw, vh];
+  if (frame) {
+    const r = frame.getBoundingClientRect();
+    dx = parent.dx + r.left + frame.clientLeft;
+    dy = parent.dy + r.top + frame.clientTop;
+    clip = [Math.max(parent.clip[0], dx), Math.max(parent.clip[1], dy),
+            Math.min(parent.clip[2], dx + frame.clientWidth), Math.min(parent.clip[3], dy + frame.clientHeight)];
+  }
+  return {doc, frame, parent, dx, dy, clip,
+    // is `el` what a click at top-level viewport point (x, y) reaches?
+    reaches(el, x, y) {
+      if (!owns(el, deepHit(doc, x - dx, y - dy))) return false;
+      return !parent || deepHit(parent.doc, x - parent.dx, y - parent.dy) === frame && parent.reaches(frame, x, y);
+    }};
+}
+// The first rect of `el` that is visible, clipped to what can be seen, and the point in it that hit-tested.
+function visibleSpot(el, ctx) {
+  const [cl, ct, cr, cb] = ctx.clip;
+  for (const r of el.getClientRects()) {
+    const left = Math.max(r.left + ctx.dx, cl), top = Math.max(r.top + ctx.dy, ct);
+    const right = Math.min(r.right + ctx.dx, cr), bottom = Math.min(r.bottom + ctx.dy, cb);
+    if (right <= left || bottom <= top || (right - left) * (bottom - top) < MIN_AREA) continue;
+    const w = right - left, h = bottom - top;
+    for (const [fx, fy] of [[0.5, 0.5], [0.25, 0.5], [0.75, 0.5], [0.5, 0.2], [0.5, 0.8]]) {
+      const x = left + w * fx, y = top + h * fy;
+      if (ctx.reaches(el, x, y)) return {box: [left, top, w, h].map(Math.round), point: [x, y].map(Math.round)};
+    }
+  }
+  return null;
+}
+
+// -- names and roles ----------------------------------------------------------------------------
+function contentText(el) {
+  if (!el.querySelector("img, svg, input, select, textarea, [aria-label], [aria-hidden]")) return el.innerText;
+  const parts = [];
+  (function walk(node) {
+    for (const child of node.childNodes) {
+      if (child.nodeType === Node.TEXT_NODE) { parts.push(child.data); continue; }
+      if (child.nodeType !== Node.ELEMENT_NODE || child.getAttribute("aria-hidden") === "true") continue;
+      if (child.checkVisibility && !child.checkVisibility({visibilityProperty: true})) continue;
+      const label = child.getAttribute("aria-label");
+      if (label) parts.push(" " + label + " ");
+      else if (child.tagName === "IMG") parts.push(" " + (child.alt || "") + " ");
+      else if (child.tagName === "svg") parts.push(" " + (child.querySelector("title")?.textContent || "") + " ");
+      else if (["INPUT", "SELECT", "TEXTAREA"].includes(child.tagName)) parts.push(" " + (child.value || "") + " ");
+      else { parts.push(" "); walk(child); parts.push(" "); }
+    }
+  })(el);
+  return parts.join("");
+}
+function labelText(el) {
+  const ids = (el.getAttribute("aria-labelledby") || "").split(/\s+/).filter(Boolean);
+  const byIds = ids.map((id) => el.getRootNode().getElementById?.(id) || document.getElementById(id));
+  const labelled = clean(byIds.filter(Boolean).map((n) => n.innerText || n.textContent).join(" "));
+  if (labelled) return labelled;
+  const aria = clean(el.getAttribute("aria-label"));
+  if (aria) return aria;
+  if (el.labels && el.labels.length) return clean([...el.labels].map((l) => l.innerText).join(" "));
+  return "";
+}
+function describe(el, spot) {
+  const tag = el.tagName.toLowerCase();
   const type = el.tagName === "INPUT" ? (el.type || "text") : "";
-  const editable = el.tagName === "TEXTAREA" || el.isContentEditable
-    || (el.tagName === "INPUT" && ["text", "search", "email", "password", "number", "tel", "url"].includes(type));
-  return {tag: el.tagName.toLowerCase(), type: type, text: text(el), editable: editable,
-          box: [Math.round(r.left), Math.round(r.top), Math.round(r.width), Math.round(r.height)]};
+  const field = ["INPUT", "SELECT", "TEXTAREA"].includes(el.tagName);
+  const editable = el.tagName === "TEXTAREA" || el.isContentEditable || (type !== "" && TEXT_INPUTS.has(type));
+  let name = labelText(el);
+  if (!name && type === "image") name = clean(el.alt);
+  if (!name && ["button", "submit", "reset"].includes(type)) {
+    name = clean(el.value) || (type === "reset" ? "Reset" : "Submit");
+  }
+  if (!name && !field && !el.isContentEditable) name = clean(contentText(el));
+  // a name of marks only ("«", ">>>") says less than the tooltip of the control it belongs to
+  if (!/[\p{L}\p{N}]/u.test(name)) {
+    name = clean(el.getAttribute("placeholder") || el.getAttribute("title") || el.closest("[title]")?.title) || name;
+  }
+  if (!name && el.tagName === "A" && el.hasAttribute("href")) name = linkTarget(el);  // an image without alt
+  const toggle = type === "checkbox" || type === "radio";
+  let value = "";
+  if (el.isContentEditable) value = clean(el.innerText);
+  else if (el.tagName === "SELECT") value = clean(el.selectedOptions[0]?.text);
+  else if (toggle) value = el.value === "on" ? "" : clean(el.value);  // "on" is the default, says nothing
+  else if (field && !["button", "submit", "reset", "image"].includes(type)) value = clean(el.value);
+  const labelled = labelText(el);
+  return {
+    tag, type, role: roleOf(el, type), name: name.slice(0, MAX_TEXT), value: value.slice(0, MAX_TEXT),
+    // what the PAE rendering shows: a field's label, else what was typed into it, else its placeholder
+    text: (field ? labelled || value || name : name || value).slice(0, MAX_TEXT),
+    editable, checked: toggle ? el.checked : null, disabled: Boolean(el.disabled),
+    href: el.tagName === "A" && el.hasAttribute("href") ? el.href : null, box: spot.box, point: spot.point,
+  };
+}
+function linkTarget(a) {
+  try {
+    const url = new URL(a.href);
+    return decodeURIComponent(url.pathname.split("/").filter(Boolean).pop() || url.host);
+  } catch (e) { return ""; }
+}
+// A list item or table cell that shows nothing and has no sign of a handler is layout. (An empty <a> without
+// href stays: icon buttons such as jQuery UI's spinner arrows are made so.)
+const isLayout = (el, name) => !name && (el.tagName === "LI" || el.tagName === "TD") && !isControl(el)
+  && el.onclick == null && !el.hasAttribute("onclick") && getComputedStyle(el).cursor !== "pointer";
+function roleOf(el, type) {
+  const role = explicitRole(el);
+  if (role) return role;
+  switch (el.tagName) {
+    case "A": return el.hasAttribute("href") ? "link" : "generic";
+    case "BUTTON": case "SUMMARY": return "button";
+    case "INPUT": return FIELD_ROLE[type] || "textbox";
+    case "TEXTAREA": return "textbox";
+    case "SELECT": return el.multiple || el.size > 1 ? "listbox" : "combobox";
+    case "OPTION": return "option";
+    case "LI": return "listitem";
+    case "TD": return "cell";
+    case "IFRAME": return "iframe";
+    case "VIDEO": return "video";
+    default: return el.isContentEditable ? "textbox" : "generic";
+  }
+}
+
+// -- the walk -----------------------------------------------------------------------------------
+const skipRoots = skipIds.map((id) => document.getElementById(id)).filter(Boolean);
+const candidates = [];  // {el, spot, ctx}
+function visit(root, ctx) {
+  for (const el of root.querySelectorAll("*")) {
+    if (skipRoots.length && skipRoots.some((s) => s.contains(el))) continue;
+    if (el.tagName === "IFRAME") {
+      let inner = null;
+      try { inner = el.contentDocument; } catch (e) { /* cross-origin */ }
+      if (inner && inner.body) { visit(inner.body, makeContext(inner, el, ctx)); continue; }
+    }
+    if (el.shadowRoot) visit(el.shadowRoot, ctx);
+    // Cheap tests before layout is asked: part of a link or button, or not interactive at all.
+    if (el.parentElement && el.parentElement.closest(ABSORBER_SELECTOR)) continue;
+    if (!isInteractive(el)) continue;
+    const r = el.getBoundingClientRect();
+    if (r.right + ctx.dx <= ctx.clip[0] || r.left + ctx.dx >= ctx.clip[2]
+        || r.bottom + ctx.dy <= ctx.clip[1] || r.top + ctx.dy >= ctx.clip[3]) continue;
+    const spot = visibleSpot(el, ctx);
+    if (spot) candidates.push({el, spot});
+  }
+}
+const top = makeContext(document, null, null);
+visit(document.querySelector(rootSelector) || document.body, top);
+
+// Walks each candidate's ancestors once (a pairwise test took tens of ms on pages with 150 candidates).
+const byElement = new Map(candidates.map((c) => [c.el, c]));
+const standing = candidates.filter((c) => {
+  const native = isNative(c.el);
+  for (let n = composedParent(c.el); n; n = composedParent(n)) {
+    if (byElement.has(n) && (absorbsAll(n) || (!native && absorbsParts(n)))) return false;
+  }
+  return true;
 });
+const standingElements = new Set(standing.map((c) => c.el));
+const holdsOne = new Set();  // standing candidates with another standing candidate inside
+for (const c of standing) {
+  for (let n = composedParent(c.el); n && !holdsOne.has(n); n = composedParent(n)) {
+    if (standingElements.has(n)) holdsOne.add(n);
+  }
+}
+const kept = standing.filter((c) => isNative(c.el) || !holdsOne.has(c.el));
+const listed = kept.map((c) => [c.el, describe(c.el, c.spot)]).filter(([el, d]) => !isLayout(el, d.text));
+window.__rlsysElements = listed.map(([el]) => el);
+return listed.map(([, d]) => d);
 }

@@ -193,7 +193,11 @@ class WebEnv:
         return None
 
     def _centre(self, index: int) -> tuple[float, float]:
-        left, top, width, height = self._elements[index]["box"]
+        """Where the element was seen to be reachable (a wrapped link's box centre may be blank space)."""
+        element = self._elements[index]
+        if element.get("point"):
+            return tuple(element["point"])
+        left, top, width, height = element["box"]
         return left + width / 2, top + height / 2
 
     def _may_visit(self, url: str) -> bool:
@@ -295,10 +299,8 @@ class WebEnv:
             events.setdefault("pdf", []).append(page["url"])
 
     def _ui_text(self) -> str:
-        return "\n".join(
-            f'[{i}] {e["tag"]}{(" " + e["type"]) if e["type"] else ""} "{e["text"]}"'
-            for i, e in enumerate(self._elements)
-        )
+        render = render_roles if self.cfg.element_list == "roles" else render_pae
+        return "\n".join(render(i, e) for i, e in enumerate(self._elements))
 
     def _instruction(self) -> str:
         return self.task.instruction if self.task else ""
@@ -329,17 +331,39 @@ class WebEnv:
         self.browser.close()
 
 
+def render_pae(index: int, element: dict) -> str:
+    """PAE's element line: `[3]: <a> "Downloads";`."""
+    return f'[{index}]: <{element["tag"]}> "{element["text"]}";'
+
+
+def render_roles(index: int, element: dict) -> str:
+    """An element as assistive technology announces it: `[3] checkbox "Remember me" checked`."""
+    line = f'[{index}] {element.get("role") or element["tag"]} "{element.get("name", element["text"])}"'
+    if element.get("value"):
+        line += f' value "{element["value"]}"'
+    if element.get("checked") is not None:
+        line += " checked" if element["checked"] else " unchecked"
+    if element.get("disabled"):
+        line += " disabled"
+    return line
+
+
 _SELECT_FOR_TYPING = """
 const el = window.__rlsysElements[arguments[0]];
-const target = document.activeElement && document.activeElement !== document.body ? document.activeElement : el;
+let focused = document.activeElement;  // inside a same-origin iframe or a shadow root: what has focus in there
+while (focused && (focused.shadowRoot?.activeElement || focused.contentDocument?.activeElement)) {
+  focused = focused.shadowRoot?.activeElement || focused.contentDocument.activeElement;
+}
+const target = focused && focused !== focused.ownerDocument.body ? focused : el;
 const editable = target.isContentEditable || target.tagName === "TEXTAREA"
   || (target.tagName === "INPUT" && !["checkbox", "radio", "button", "submit", "file", "image", "reset"]
       .includes(target.type));
 if (!editable) return false;
 target.focus();
 if (target.select) target.select();
-else { const range = document.createRange(); range.selectNodeContents(target);
-       getSelection().removeAllRanges(); getSelection().addRange(range); }
+else { const range = target.ownerDocument.createRange(); range.selectNodeContents(target);
+       const selection = target.ownerDocument.getSelection();
+       selection.removeAllRanges(); selection.addRange(range); }
 return true;
 """
 

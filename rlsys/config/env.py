@@ -67,7 +67,10 @@ class EnvConfig:
     headless: bool = True
     chromium: str = "/usr/bin/chromium"
     chromedriver: str = "/usr/bin/chromedriver"
-    max_elements: int = 50
+    max_elements: int = 200  # a page of links shows over 100 at 1024x768
+    # how ui_text lists the elements: PAE's `[i]: <tag> "text";`, or by accessible role and name with state
+    # (`[i] textbox "Search" value "json"`, `[i] checkbox "Remember me" checked`)
+    element_list: Literal["pae", "roles"] = "pae"
     # safety (web)
     allowed_domains: list[str] = field(default_factory=list)  # besides the task's start host
     allow_all_domains: bool = False

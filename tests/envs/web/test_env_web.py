@@ -68,10 +68,10 @@ def test_marks_keep_visible_innermost_elements_in_document_order(env, site):
     # nested: the button, not its clickable card; hidden, occluded and off-screen ones are left out
     assert ids == ["first", "inner", "name", "last"]
     assert obs.ui_text.splitlines() == [
-        '[0] a "First link"',
-        '[1] button "Inner button"',
-        '[2] input text "Your name"',
-        '[3] button "Last visible"',
+        '[0]: <a> "First link";',
+        '[1]: <button> "Inner button";',
+        '[2]: <input> "Your name";',
+        '[3]: <button> "Last visible";',
     ]
     image = Image.open(io.BytesIO(obs.screenshot_png)).convert("RGB")
     assert image.size == (1024, 768)  # the exact viewport, not the window

@@ -57,13 +57,17 @@ def open_rendezvous(timeout_s: float) -> dist.TCPStore:
     import ray
 
     return dist.TCPStore(
-        ray.util.get_node_ip_address(), 0, is_master=True, wait_for_workers=False,
+        ray.util.get_node_ip_address(),
+        0,
+        is_master=True,
+        wait_for_workers=False,
         timeout=timedelta(seconds=timeout_s),
     )
 
 
-def join(store: dist.TCPStore | None, address: str, port: int, rank: int, world_size: int, backend: str,
-         timeout_s: float) -> None:
+def join(
+    store: dist.TCPStore | None, address: str, port: int, rank: int, world_size: int, backend: str, timeout_s: float
+) -> None:
     """Join the group through rank 0's store: rank 0 passes the store it opened, the others connect to it."""
     timeout = timedelta(seconds=timeout_s)
     if store is None:

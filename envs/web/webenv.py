@@ -106,8 +106,10 @@ class WebEnv:
         if start_host:
             self._allowed.add(start_host)
         self._keep_one_tab(self.driver.current_window_handle)
-        self.driver.get("about:blank")
-        self.browser.clear_state()
+        # leave the last page before clearing, so that nothing it still runs writes into the next episode;
+        # over CDP this returns once about:blank is committed, where WebDriver's get() waits on about twice as long
+        self.browser.cdp("Page.navigate", url="about:blank")
+        self.browser.clear_state(http_cache=self.cfg.clear_http_cache)
         for path in self.browser.downloads.iterdir():
             path.unlink(missing_ok=True)
         self._downloads = {}

@@ -76,6 +76,8 @@ class EnvConfig:
     allow_all_domains: bool = False
     new_tabs: Literal["follow", "close"] = "follow"
     download_max_mb: float = 20.0
+    # cookies and storage are cleared between episodes; the HTTP cache (no session in it) only if this is set
+    clear_http_cache: bool = False
     search_engine: str = "https://www.google.com/"
     # a self-hosted site (WebArena) reset between episodes: argv, run every `instance_reset_every`
     instance_reset_command: list[str] | None = None

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs rlsys and what it needs on a Debian/Ubuntu machine: Chromium and its driver from
 # the distribution, the CPU build of PyTorch, then the package with its web and test extras.
+# `--test` also installs the documentation sites (Debian doc packages) the tests and benchmarks
+# serve on 127.0.0.1 as real pages nobody here wrote.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SUDO=""
@@ -8,6 +10,11 @@ SUDO=""
 if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null
+fi
+DOC_SITES="python3.11-doc sphinx-doc git-doc debian-reference-en bash-doc sqlite3-doc"
+if [ "${1:-}" = "--test" ] && ! dpkg -s $DOC_SITES >/dev/null 2>&1; then
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends $DOC_SITES >/dev/null
 fi
 PY=${PYTHON:-python3}
 # torch first, pinned: an unpinned torch would pull several GB of CUDA packages.

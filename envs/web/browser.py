@@ -6,6 +6,8 @@ import base64
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -36,7 +38,8 @@ CHROMIUM_FLAGS = (
 )
 
 # Runs in every document before the page's own scripts: counts the page's fetch/XHR requests
-# in flight, so that waiting for a page to settle can include its network activity.
+# in flight, so that waiting for a page to settle can include its network activity; answers the
+# page's dialogs and notes window.open's URLs (see the file).
 _PAGE_INIT_SCRIPT = (Path(__file__).parent / "page_init.js").read_text()
 
 
@@ -44,8 +47,9 @@ class Browser:
     """One Chromium process and its chromedriver; `pids()` lists both so they can be watched.
 
     The viewport is exactly `viewport` pixels (the window is larger by its frame), downloads go
-    to a private folder, and JS dialogs are accepted by the driver, which reports their text
-    with the next command (`UnexpectedAlertPresentException.alert_text`).
+    to a private folder, and a JS dialog that the init script did not answer in the page is
+    accepted by the driver, which reports its text with the next command
+    (`UnexpectedAlertPresentException.alert_text`).
     """
 
     def __init__(self, chromium: str, chromedriver: str, viewport: list[int], headless: bool, timeout_s: float):
@@ -79,6 +83,7 @@ class Browser:
         except WebDriverException as e:
             shutil.rmtree(self._profile, ignore_errors=True)
             raise EnvSetupError(f"Chromium failed to start: {e.msg}") from None
+        self.timeout_s = timeout_s
         self.driver.command_executor.client_config.timeout = timeout_s
         self.driver.set_page_load_timeout(timeout_s)
         self.driver.set_script_timeout(timeout_s)
@@ -93,6 +98,27 @@ class Browser:
         width, height = self.viewport
         self.cdp("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1, mobile=False)
         self.cdp("Page.addScriptToEvaluateOnNewDocument", source=_PAGE_INIT_SCRIPT)
+
+    @contextmanager
+    def page_loads_cut_at(self, seconds: float) -> Iterator[None]:
+        """Within the block, a page load still going after `seconds` is stopped by chromedriver, which
+        then raises TimeoutException from the command that waited on it; the tab works on, showing
+        what had arrived. Outside it, loads may take the full `timeout_s`."""
+        self.driver.set_page_load_timeout(seconds)
+        try:
+            yield
+        finally:
+            self.driver.set_page_load_timeout(self.timeout_s)
+
+    def tab_urls(self) -> dict[str, str]:
+        """Each tab's URL by window handle, without switching to it or waiting for it; "" while a
+        tab's first page has not arrived. (chromedriver's window handles are DevTools target ids.)"""
+        targets = self.cdp("Target.getTargets")["targetInfos"]
+        return {t["targetId"]: t["url"] for t in targets if t["type"] == "page"}
+
+    def close_tab(self, handle: str) -> None:
+        """Close a tab without switching to it, so without waiting for its page to load."""
+        self.cdp("Target.closeTarget", targetId=handle)
 
     def screenshot_png(self) -> bytes:
         return base64.b64decode(self.cdp("Page.captureScreenshot", format="png", optimizeForSpeed=True)["data"])

@@ -1,5 +1,8 @@
 // Runs before any script of each document. Counts fetch/XHR requests in flight so the env can
-// wait until the page's own network activity is over.
+// wait until the page's own network activity is over. Answers the page's dialogs itself (a real
+// one blocks the page, and a page that shows one after another stalls every WebDriver command)
+// and notes the URLs of the tabs it opens (a new tab's URL stays empty until its server
+// answers); the env reads and empties window.__rlsysEvents after each step.
 (() => {
   if (window.__rlsysPending !== undefined) return;
   window.__rlsysPending = 0;
@@ -17,4 +20,32 @@
     this.addEventListener("loadend", done, { once: true });
     return send.apply(this, args);
   };
+
+  const MAX_EVENTS = 20;  // per kind between two reads: a page in an alert loop shows thousands
+  const events = window.__rlsysEvents = { dialogs: [], opened: [] };
+  const record = (kind, value) => {
+    let sink = events;
+    try { sink = window.top.__rlsysEvents || events; } catch (e) {}  // a frame's go to the page's, which the env reads
+    if (sink[kind].length < MAX_EVENTS) sink[kind].push(value);
+  };
+  const text = (message) => (message === undefined ? "" : String(message));
+  window.alert = (message) => { record("dialogs", text(message)); };
+  window.confirm = (message) => { record("dialogs", text(message)); return true; };
+  window.prompt = (message, value) => { record("dialogs", text(message)); return text(value); };
+  window.print = () => { record("dialogs", "window.print()"); };
+  // Registered before any of the page's handlers, so none of them gets to ask "Leave site?".
+  window.addEventListener("beforeunload", (event) => event.stopImmediatePropagation(), true);
+  const open = window.open;
+  window.open = function (url, ...rest) {
+    let href = "about:blank";
+    if (url !== undefined && String(url) !== "") {
+      try { href = new URL(url, document.baseURI).href; } catch (e) { href = String(url); }
+    }
+    record("opened", href);
+    return open.call(this, url, ...rest);
+  };
+  document.addEventListener("click", (event) => {  // a link with a target opens its tab without window.open
+    const link = event.target.closest && event.target.closest("a[href][target]");
+    if (link && !/^_(self|parent|top)$/i.test(link.target)) record("opened", link.href);
+  }, true);
 })();

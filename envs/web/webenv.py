@@ -14,7 +14,7 @@ from functools import cache
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from selenium.common.exceptions import JavascriptException, UnexpectedAlertPresentException, WebDriverException
+from selenium.common.exceptions import TimeoutException, UnexpectedAlertPresentException, WebDriverException
 from urllib3.exceptions import HTTPError
 
 from rlsys.config import EnvConfig
@@ -29,6 +29,11 @@ from rlsys.envs.web.webarena import evaluate
 # Errors that mean the browser is gone or hung rather than that the action was bad.
 BROKEN = (WebDriverException, HTTPError, ConnectionError, TimeoutError)
 _DIALOG_RETRIES = 5
+_SETTLE_ATTEMPTS = 5
+_READ_PAGE_EVENTS = """
+const events = window.__rlsysEvents || {dialogs: [], opened: []};
+return {dialogs: events.dialogs.splice(0), opened: events.opened.splice(0)};
+"""
 
 
 @cache
@@ -90,10 +95,11 @@ class WebEnv:
         if not task.start:
             raise EnvSetupError(f"task {task.id!r} has no start URL")
         try:
-            self._begin_episode(task)
-            events: dict = {}
-            self._with_dialogs(lambda: self.driver.get(task.start), events)
-            return self._observe(events)[0]
+            with self.browser.page_loads_cut_at(self.cfg.settle_timeout_s):
+                self._begin_episode(task)
+                events: dict = {}
+                self._navigate(lambda: self.driver.get(task.start), events)
+                return self._observe(events)[0]
         except BROKEN as e:
             raise EnvBrokenError(f"browser failed during reset: {type(e).__name__}: {e}") from None
 
@@ -106,6 +112,7 @@ class WebEnv:
         if start_host:
             self._allowed.add(start_host)
         self._keep_one_tab(self.driver.current_window_handle)
+        self._end_pending_load({})  # the last episode's page may have started one since
         # leave the last page before clearing, so that nothing it still runs writes into the next episode;
         # over CDP this returns once about:blank is committed, where WebDriver's get() waits on about twice as long
         self.browser.cdp("Page.navigate", url="about:blank")
@@ -121,9 +128,11 @@ class WebEnv:
         info: dict = {"parse_error": parse_error, "action": action.to_dict() if action else None}
         events: dict = {}
         try:
-            if action is not None and action.kind not in TERMINAL:
-                info["action_error"] = self._with_dialogs(lambda: self._perform(action, events), events)
-            obs, page_state = self._observe(events, feedback=parse_error or info.get("action_error"))
+            with self.browser.page_loads_cut_at(self.cfg.settle_timeout_s):
+                if action is not None and action.kind not in TERMINAL:
+                    self._end_pending_load(events)
+                    info["action_error"] = self._navigate(lambda: self._perform(action, events), events)
+                obs, page_state = self._observe(events, feedback=parse_error or info.get("action_error"))
         except BROKEN as e:
             raise EnvBrokenError(f"browser failed during step: {type(e).__name__}: {e}") from None
         info.update(events)
@@ -158,6 +167,8 @@ class WebEnv:
         """Carry out one action; a mistake of the agent's is returned as a message, never raised."""
         width, height = self.browser.viewport
         kind = action.kind
+        if problem := _not_typeable(action.url if kind == "goto" else action.text):
+            return problem
         if kind == "click":
             self.browser.click_at(*self._centre(action.element))
         elif kind == "tap":
@@ -205,6 +216,23 @@ class WebEnv:
     def _may_visit(self, url: str) -> bool:
         return self.cfg.allow_all_domains or host_allowed(url, self._allowed, urlsplit(self.task.start).scheme)
 
+    def _navigate(self, call, events: dict):
+        """Make a WebDriver call that may start a page load (an action, a `get`). During a step
+        chromedriver stops a load that outlasts env.settle_timeout_s and raises TimeoutException: the
+        call has been made all the same, and the page observed next is what had arrived."""
+        try:
+            return self._with_dialogs(call, events)
+        except TimeoutException as e:
+            if not _stopped_a_load(e):
+                raise
+            events["stopped_loading"] = True
+            return None
+
+    def _end_pending_load(self, events: dict) -> None:
+        """Let a load that the page started on its own since the last observation (a timer, a redirect)
+        finish, or have it stopped: a command that waits on it and runs into the timeout is not carried out."""
+        self._navigate(lambda: self.driver.current_url, events)
+
     def _with_dialogs(self, call, events: dict):
         """Run a WebDriver call; a JS dialog in the way is accepted (by the driver) and its text
         reported, and the call is made again."""
@@ -218,17 +246,29 @@ class WebEnv:
     # -- observing --------------------------------------------------------------------------
 
     def _observe(self, events: dict, feedback: str | None = None) -> tuple[Observation, object]:
-        self._follow_or_close_new_tabs(events)
-        page = self._with_dialogs(self._settle_and_read, events)
+        try:
+            return self._observe_once(events, feedback)
+        except TimeoutException as e:  # the page began a load while being observed, and chromedriver stopped it
+            if not _stopped_a_load(e):
+                raise
+            events["stopped_loading"] = True
+            return self._observe_once(events, feedback)
+
+    def _observe_once(self, events: dict, feedback: str | None) -> tuple[Observation, object]:
+        page = self._settle_and_read(events)
+        if self._follow_or_close_new_tabs(page["opened"], events):
+            page = self._settle_and_read(events)
         if not self._may_visit(page["url"]):
             events.setdefault("blocked", []).append(page["url"])
             feedback = feedback or f"navigation to {page['url']} is not allowed; went back"
-            self._with_dialogs(lambda: self.driver.get(self._last_allowed_url), events)
-            page = self._with_dialogs(self._settle_and_read, events)
+            self._navigate(lambda: self.driver.get(self._last_allowed_url), events)
+            page = self._settle_and_read(events)
         self._last_allowed_url = self.url = page["url"]
         self._check_downloads(page, events)
         if not feedback and events.get("dialogs"):
             feedback = "the page showed a dialog, which was accepted: " + events["dialogs"][-1][:200]
+        if not feedback and events.get("stopped_loading"):
+            feedback = f"the page did not finish loading within {self.cfg.settle_timeout_s:g} s; loading was stopped"
         self._elements = page["elements"][: self.cfg.max_elements]
         png = self.browser.screenshot_png()
         if self.cfg.set_of_marks:
@@ -237,7 +277,7 @@ class WebEnv:
             "elements": self._elements,
             "history": list(self._history),
             "feedback": feedback,
-            "settled": page["settled"],
+            "settled": page["settled"] and not events.get("stopped_loading"),
             "settle_ms": round(page["settle_ms"], 1),
         }
         grammar = getattr(self.space, "grammar", None)
@@ -246,40 +286,74 @@ class WebEnv:
         obs = Observation(png, self._ui_text(), self.url, self._instruction(), extras)
         return obs, page["extra"]
 
-    def _settle_and_read(self) -> dict:
+    def _settle_and_read(self, events: dict) -> dict:
+        """Wait for the current tab's page to settle and describe it (observe.js); the dialogs the page
+        answered go to events, the URLs it asked window.open for to page["opened"]."""
         script = _observe_script(self.page_state_script)
         args = (self.root_selector, list(self.skip_ids), self.cfg.settle_quiet_ms, self.cfg.settle_timeout_s * 1000)
-        for _ in range(3):
+        for attempt in range(1, _SETTLE_ATTEMPTS + 1):
+            started = time.monotonic()
             try:
-                return self.driver.execute_async_script(script, *args)
-            except JavascriptException as e:  # the page navigated away while we waited: wait on the new one
-                if "unload" not in (e.msg or ""):
+                page = self._with_dialogs(lambda: self.driver.execute_async_script(script, *args), events)
+                break
+            except WebDriverException as e:  # if the page went away under the script, settle on the next one
+                gone = _document_went_away(e.msg or "", time.monotonic() - started, self.cfg.step_timeout_s)
+                if attempt == _SETTLE_ATTEMPTS or not gone:
                     raise
-        return self.driver.execute_async_script(script, *args)
+        page_events = self._with_dialogs(lambda: self.driver.execute_script(_READ_PAGE_EVENTS), events)
+        if page_events["dialogs"]:
+            events.setdefault("dialogs", []).extend(page_events["dialogs"])
+        page["opened"] = page_events["opened"]
+        return page
 
-    def _follow_or_close_new_tabs(self, events: dict) -> None:
+    def _follow_or_close_new_tabs(self, requested: list[str], events: dict) -> bool:
+        """Close the tabs opened since the last observation, or follow the last one (env.new_tabs);
+        a tab on a URL that is not allowed is closed either way, since following it would only lead
+        back to the page that opened it. Closing never waits for a tab's page. Whether it switched."""
         new = [h for h in self.driver.window_handles if h not in self._tabs]
         if not new:
-            return
-        came_from = self.driver.current_window_handle
-        opened = []
+            return False
+        committed = self.browser.tab_urls()
+        # a tab's URL is empty until its server answers (for some, never); the page noted where it opened tabs to
+        unanswered = iter([url for url in requested if url not in committed.values()])
+        urls = [committed.get(handle) or next(unanswered, "about:blank") for handle in new]
+        events["new_tabs"] = {"policy": self.cfg.new_tabs, "urls": urls}
+        allowed = [handle for handle, url in zip(new, urls) if self._may_visit(url)]
+        if blocked := [url for url in urls if not self._may_visit(url)]:
+            events.setdefault("blocked", []).extend(blocked)
+        follow = allowed[-1] if self.cfg.new_tabs == "follow" and allowed else None
+        if follow and not self._switch_to_new_tab(follow, events):
+            follow = None
         for handle in new:
-            self.driver.switch_to.window(handle)
-            opened.append(self.driver.current_url)
-            if self.cfg.new_tabs == "close":
-                self.driver.close()
-        events["new_tabs"] = {"policy": self.cfg.new_tabs, "urls": opened}
-        if self.cfg.new_tabs == "follow":
+            if handle != follow:
+                self.browser.close_tab(handle)
+        if follow:
+            self._keep_one_tab(follow)
+        return follow is not None
+
+    def _switch_to_new_tab(self, handle: str, events: dict) -> bool:
+        """Switch to a new tab and prepare it; or, where not even the start of its page arrived within
+        env.settle_timeout_s, stay: chromedriver stops the load, leaving a tab that never painted,
+        which a screenshot then waits on for good."""
+        came_from = self.driver.current_window_handle
+        self.driver.switch_to.window(handle)
+        try:
             self.browser.prepare_tab()
-            self._keep_one_tab(new[-1])
-        else:
-            self.driver.switch_to.window(came_from)
+            return True
+        except TimeoutException as e:
+            if not _stopped_a_load(e):
+                raise
+            events["stopped_loading"] = True
+        if self.browser.tab_urls().get(handle):
+            self.browser.prepare_tab()  # now that its load is stopped the tab answers
+            return True
+        self.driver.switch_to.window(came_from)
+        return False
 
     def _keep_one_tab(self, keep: str) -> None:
         for handle in self.driver.window_handles:
             if handle != keep:
-                self.driver.switch_to.window(handle)
-                self.driver.close()
+                self.browser.close_tab(handle)
         self.driver.switch_to.window(keep)
         self._tabs = {keep}
 
@@ -348,6 +422,35 @@ def render_roles(index: int, element: dict) -> str:
     if element.get("disabled"):
         line += " disabled"
     return line
+
+
+def _stopped_a_load(error: TimeoutException) -> bool:
+    """Whether chromedriver gave up waiting on a page load (at the page-load timeout) and stopped it."""
+    return "Timed out receiving message from renderer" in (error.msg or "")
+
+
+def _document_went_away(message: str, seconds: float, script_timeout_s: float) -> bool:
+    """Whether chromedriver's error means that the document an asynchronous script waited in went
+    away (a form submitted, a link followed). What it says varies with its version and the timing,
+    down to "script timeout" answered at once, where a real script timeout takes the whole of it."""
+    if "script timeout" in message:
+        return seconds < script_timeout_s
+    return any(s in message for s in ("document unloaded", "aborted by navigation", "no such execution context"))
+
+
+def _not_typeable(text: str) -> str | None:
+    """Why `text` cannot be sent to the browser, if it cannot: a lone surrogate (half of a UTF-16
+    pair, as a cut-off escape like "\\ud83d" decodes to) is no character, and chromedriver rejects
+    the whole command. An error rather than a replacement: `Type` presses Enter, and a query the
+    agent did not write should not be submitted."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return (
+            f"the text has a lone surrogate {text[e.start]!r} at position {e.start}, half of a UTF-16 pair "
+            "and not a character; nothing was done"
+        )
+    return None
 
 
 _SELECT_FOR_TYPING = """

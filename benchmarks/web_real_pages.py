@@ -32,11 +32,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import shlex
 import shutil
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -45,6 +43,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 from doc_sites import Page, Site, available_sites, serve
+from web_step_latency import machine
 
 from rlsys.core.env import EnvBrokenError
 from rlsys.core.types import Task
@@ -456,16 +455,6 @@ def summarise(pages: list[dict]) -> dict:
         "step_ms": percentiles([ms for _, ms in steps]),
         "step_ms_by_kind": {kind: percentiles([ms for k, ms in steps if k == kind]) for kind in step_kinds},
     }
-
-
-def machine() -> dict:
-    try:
-        chromium = subprocess.run(
-            [shutil.which("chromium"), "--version"], capture_output=True, text=True, timeout=30
-        ).stdout.strip()
-    except (OSError, subprocess.TimeoutExpired, TypeError):
-        chromium = "unknown"
-    return {"cpus": os.cpu_count(), "python": platform.python_version(), "chromium": chromium}
 
 
 # -- report ---------------------------------------------------------------------------------

@@ -81,7 +81,7 @@ class LearnerGroup:
         """Launch one iteration on every rank; its trajectories are sampled once, after every add this
         driver sent before (calls from one caller to one actor run in order)."""
         sample = self.buffer.sample.remote(self.cfg.learner.sample_trajectories, min_version)
-        return self.call("update", sample, offline_iteration)
+        return self.call("update", sample, offline_iteration, min_version)
 
     def finished(self, refs: list[ray.ObjectRef]) -> bool:
         _, pending = ray.wait(refs, num_returns=len(refs), timeout=0)

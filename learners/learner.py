@@ -19,6 +19,7 @@ from rlsys.config import Config
 from rlsys.core.types import Trajectory
 from rlsys.data import checkpoint
 from rlsys.learners import distributed
+from rlsys.learners.history import HistoryView
 from rlsys.learners.registry import build_algorithm
 from rlsys.policies import build_policy
 from rlsys.policies.devices import pick_device
@@ -84,13 +85,20 @@ class Learner:
         ray.get(self.weight_store.publish.remote(self.version, packed), timeout=120)
         return self.version
 
-    def update(self, trajectories: list[Trajectory], offline_iteration: int | None = None) -> dict:
+    def update(
+        self, trajectories: list[Trajectory], offline_iteration: int | None = None, min_version: int | None = None
+    ) -> dict:
         """One learner iteration on the trajectories sampled for it (every rank gets the same), publishing
         the next version when the policy changed (a critic-only iteration keeps the version).
-        `offline_iteration`: the iteration's index within the offline phase (None online)."""
+        `offline_iteration`: the iteration's index within the offline phase (None online). An algorithm that
+        ranks the run's whole history (DigiRL) reads it from the buffer, from `min_version` on."""
         trained_from = self.version
         t1 = time.perf_counter()
-        metrics = self.algorithm.update(trajectories, offline_iteration)
+        if getattr(self.algorithm, "ranks_history", False):
+            history = HistoryView(self.buffer, min_version)
+            metrics = self.algorithm.update(trajectories, offline_iteration, history)
+        else:
+            metrics = self.algorithm.update(trajectories, offline_iteration)
         t2 = time.perf_counter()
         if metrics.get("actor/updates", 0):
             self.version += 1

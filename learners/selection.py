@@ -20,10 +20,14 @@ def reward_quantile(trajectories: list[Trajectory], quantile: float) -> list[Tra
     """DigiRL's filtered BC: trajectory reward at or above the `quantile` of rewards. When few succeed the
     cutoff is 0; the original then clones every trajectory, here only positive rewards are ever kept."""
     trainable = [t for t in trajectories if t.trainable]
-    if not trainable:
-        return []
-    cutoff = float(np.quantile([t.reward for t in trainable], quantile))
-    return [t for t in trainable if t.reward >= cutoff and t.reward > 0]
+    keep = above_reward_quantile(np.array([t.reward for t in trainable]), quantile)
+    return [t for t, k in zip(trainable, keep) if k]
+
+
+def above_reward_quantile(rewards: np.ndarray, quantile: float) -> np.ndarray:
+    if not len(rewards):
+        return np.zeros(0, dtype=bool)
+    return (rewards >= np.quantile(rewards, quantile)) & (rewards > 0)
 
 
 def shortest_successes(trajectories: list[Trajectory], fraction: float) -> list[Trajectory]:
@@ -58,7 +62,7 @@ def select(cfg: LearnerConfig, trajectories: list[Trajectory]) -> list[Trajector
     return successes(trajectories)
 
 
-def is_validation(traj: Trajectory, fraction: float) -> bool:
+def is_validation(traj: Trajectory | str, fraction: float) -> bool:
     """A fixed share of trajectories held out from critic training, chosen by id (stable across runs)."""
-    digest = hashlib.sha1(traj.id.encode()).digest()
+    digest = hashlib.sha1((traj if isinstance(traj, str) else traj.id).encode()).digest()
     return int.from_bytes(digest[:4], "big") / 2**32 < fraction

@@ -48,7 +48,7 @@ class Trainer:
         self.offline_iterations = offline_phase_length(cfg)
         self.total_iterations = total_iterations(cfg)
         self.tasks = TaskSource(cfg.tasks, cfg.run.seed)
-        self.buffer, self.weight_store = start_stores(cfg)
+        self.buffer, self.weight_store = start_stores(cfg, self.run_dir)
         self.learners = LearnerGroup(cfg, self.buffer, self.weight_store)
         # runners start (browser, model imports) while the learner builds and publishes weights
         self.collector = Collector(cfg, self.buffer, self.weight_store, self.run_dir, self.tasks)
@@ -206,12 +206,6 @@ class Trainer:
     def _load_offline_data(self) -> None:
         trajectories = [t for path in self.cfg.offline.data for t in read_trajectories(path)]
         kept = ray.get(self.buffer.add.remote(trajectories), timeout=600)
-        if len(trajectories) > self.cfg.replay.capacity:
-            log.warning(
-                "offline.data holds %d trajectories but replay.capacity is %d: only the newest are kept",
-                len(trajectories),
-                self.cfg.replay.capacity,
-            )
         print(f"offline data: {len(trajectories)} trajectories read, {kept} trainable ones in the buffer", flush=True)
         self.collector.counters["offline_trajectories"] = kept
 
@@ -240,11 +234,12 @@ class Trainer:
             ray.kill(actor, no_restart=True)
 
 
-def start_stores(cfg: Config) -> tuple:
-    """The replay buffer and the weight store, beside the driver: losing a worker node loses neither."""
+def start_stores(cfg: Config, run_dir: Path) -> tuple:
+    """The replay buffer and the weight store, beside the driver: losing a worker node loses neither, and the
+    buffer spills what it evicts to the run folder (`replay/`)."""
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     weight_store = ray.remote(WeightStore).options(name="weight-store", num_cpus=0, scheduling_strategy=here).remote()
     buffer = ReplayBufferActor.options(name="replay-buffer", num_cpus=0, scheduling_strategy=here).remote(
-        cfg.replay.capacity, cfg.replay.max_bytes, cfg.run.seed
+        cfg.replay.capacity, cfg.replay.max_bytes, cfg.run.seed, str(run_dir / "replay")
     )
     return buffer, weight_store

@@ -9,7 +9,8 @@ another, `offline_*_iterations` iterations each. Trajectories are split train / 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -17,8 +18,10 @@ import torch
 from rlsys.config import LearnerConfig
 from rlsys.core.returns import discounted_returns, success_labels
 from rlsys.core.types import Observation, Trajectory
+from rlsys.data.history import Summaries
 from rlsys.learners.digirl.advantages import curriculum_scores, digirl_compat, doubly_robust, keep_mask, top_quantile
 from rlsys.learners.digirl.critics import InstructionCritic, StepCritic, critic_text
+from rlsys.learners.history import HistoryView
 from rlsys.learners.imitation import ActorSample, ActorUpdate
 from rlsys.learners.losses import success_probability, two_class_ce
 from rlsys.learners.optim import ModuleOptimizer, train_steps
@@ -58,10 +61,41 @@ def transitions_of(traj: Trajectory, gamma: float) -> list[Transition]:
     return [Transition(traj, i, rewards[i], float(returns[i]), int(labels[i])) for i in range(len(traj.steps))]
 
 
+def _observations(traj: Trajectory) -> list[Observation]:
+    return [s.observation for s in traj.steps] + [traj.final_observation] * bool(traj.final_observation)
+
+
+@dataclass
+class Ranked:
+    """What the instruction critic and the curriculum rank: the run's history, or the sample in hand."""
+
+    rows: Summaries
+    _fetch: Callable[[list[str]], list[Trajectory]]
+    fetched: list[Trajectory] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, history: HistoryView | None, sample: list[Trajectory]) -> Ranked:
+        if history is None:
+            by_id = {t.id: t for t in sample}
+            return cls(Summaries.of(sample), lambda ids: [by_id[i] for i in ids])
+        return cls(history.summaries(), history.fetch)
+
+    def rows_of(self, validation_fraction: float, validation: bool) -> Summaries:
+        """The validation share of the rows (by id, as for the sample), or the rest."""
+        ids = self.rows.ids
+        return self.rows.take([i for i in range(len(ids)) if is_validation(ids[i], validation_fraction) == validation])
+
+    def fetch(self, ids: list[str]) -> list[Trajectory]:
+        trajectories = self._fetch(ids)
+        self.fetched += trajectories
+        return trajectories
+
+
 class DigiRL:
     def __init__(self, cfg: LearnerConfig, policy, seed: int = 0, device: str = "cpu", correct_off_policy=False):
         self.cfg = cfg
         self.d = d = cfg.digirl
+        self.ranks_history = cfg.rank_history  # the learner then hands update() the run's history
         self.device = device
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
@@ -95,64 +129,75 @@ class DigiRL:
         stage = STAGES[min(int(np.searchsorted(bounds, offline_iteration, side="right")), 2)]
         return [(stage, steps[stage])]
 
-    def update(self, trajectories: list[Trajectory], offline_iteration: int | None = None) -> dict:
+    def update(
+        self, trajectories: list[Trajectory], offline_iteration: int | None = None, history: HistoryView | None = None
+    ) -> dict:
+        """`trajectories`: the replay sample (the step critic's transitions); `history`: every trajectory of the
+        run, which the instruction critic and the curriculum rank (without it, they rank the sample)."""
         usable = [t for t in trajectories if t.trainable and t.steps]
         train, validation = [], []
         for t in usable:
             (validation if is_validation(t, self.d.validation_fraction) else train).append(t)
-        self._cache_features(usable)
+        ranked = Ranked.of(history, usable)
+        self._attach_features(usable)
         metrics = {"digirl/train_trajectories": len(train), "digirl/validation_trajectories": len(validation)}
         for stage, steps in self.stages(offline_iteration):
             metrics["digirl/stage"] = stage
-            metrics |= getattr(self, f"_train_{stage}")(train, validation, steps)
+            metrics |= getattr(self, f"_train_{stage}")(train, validation, ranked, steps)
+        self._forget_features_except(usable + ranked.fetched)
         return metrics
 
     # ------------------------------------------------------------------ instruction critic
 
-    def instruction_values(self, trajectories: list[Trajectory]) -> np.ndarray:
-        """p_instr(task) = P(success | instruction), no gradient."""
+    def task_values(self, instructions: list[str]) -> np.ndarray:
+        """p_instr(task) = P(success | instruction) for each text, no gradient."""
         self.instruction_critic.eval()
         with torch.no_grad():
-            texts = [t.task.instruction for t in trajectories]
             chunks = [
-                success_probability(self.instruction_critic(texts[i : i + SCORE_BATCH]))
-                for i in range(0, len(texts), SCORE_BATCH)
+                success_probability(self.instruction_critic(instructions[i : i + SCORE_BATCH]))
+                for i in range(0, len(instructions), SCORE_BATCH)
             ]
         return torch.cat(chunks).cpu().numpy() if chunks else np.zeros(0)
 
-    def _instruction_loss(self, batch: list[Trajectory]) -> torch.Tensor:
-        labels = torch.tensor([int(t.reward > 0) for t in batch], device=self.device)
-        return two_class_ce(self.instruction_critic([t.task.instruction for t in batch]), labels)
+    def instruction_values(self, trajectories: list[Trajectory]) -> np.ndarray:
+        return self.task_values([t.task.instruction for t in trajectories])
 
-    def _train_instruction_critic(self, train, validation, steps: int) -> dict:
-        if not train:
+    def _instruction_loss(self, batch: list[tuple[str, int]]) -> torch.Tensor:
+        texts, labels = zip(*batch)
+        return two_class_ce(self.instruction_critic(list(texts)), torch.tensor(labels, device=self.device))
+
+    def _train_instruction_critic(self, train, validation, ranked: Ranked, steps: int) -> dict:
+        """On every ranked trajectory's (task text, success), the validation share held out."""
+        fit = ranked.rows_of(self.d.validation_fraction, validation=False).successes()
+        if not fit:
             return {}
         self.instruction_critic.train()
-        out = self._module_steps("instruction_critic", train, steps, self._instruction_loss)
-        if validation:
+        out = self._module_steps("instruction_critic", fit, steps, self._instruction_loss)
+        check = ranked.rows_of(self.d.validation_fraction, validation=True).successes()
+        if check:
             self.instruction_critic.eval()
             with torch.no_grad():
-                out["instruction_critic/validation_loss"] = float(self._instruction_loss(validation[:256]))
-        return out
+                out["instruction_critic/validation_loss"] = float(self._instruction_loss(check[:256]))
+        return out | {"instruction_critic/trajectories": len(fit)}
 
     # ------------------------------------------------------------------ step critic
 
-    def _cache_features(self, trajectories: list[Trajectory]) -> None:
+    def _attach_features(self, trajectories: list[Trajectory]) -> None:
         """Screenshot features for every observation, computed once per (trajectory, step) across updates."""
-        wanted, missing = {}, []
+        missing = []
         for t in trajectories:
-            observations = [s.observation for s in t.steps] + [t.final_observation] * bool(t.final_observation)
-            for i, obs in enumerate(observations):
-                key = (t.id, i)
-                wanted[key] = obs
-                if key in self._features:
-                    obs.features.setdefault(FEATURE_KEY, self._features[key])
+            for i, obs in enumerate(_observations(t)):
+                if (t.id, i) in self._features:
+                    obs.features.setdefault(FEATURE_KEY, self._features[(t.id, i)])
                 else:
-                    missing.append((key, obs))
+                    missing.append(((t.id, i), obs))
         for i in range(0, len(missing), SCORE_BATCH):
-            chunk = missing[i : i + SCORE_BATCH]
-            self.images([obs for _, obs in chunk])
-        self._features = {key: obs.features[FEATURE_KEY] for key, obs in wanted.items()}
+            self.images([obs for _, obs in missing[i : i + SCORE_BATCH]])
+        self._features.update((key, obs.features[FEATURE_KEY]) for key, obs in missing)
+
+    def _forget_features_except(self, trajectories: list[Trajectory]) -> None:
+        keep = {(t.id, i) for t in trajectories for i in range(len(_observations(t)))}
+        self._features = {key: f for key, f in self._features.items() if key in keep}
 
     def _stacked(self, pairs: list[tuple[Observation, Observation]]) -> torch.Tensor:
         first = self.images([a for a, _ in pairs])
@@ -182,7 +227,7 @@ class DigiRL:
                 chunks.append(torch.minimum(success_probability(l1), success_probability(l2)))
         return torch.cat(chunks).cpu().numpy() if chunks else np.zeros(0)
 
-    def _train_step_critic(self, train, validation, steps: int) -> dict:
+    def _train_step_critic(self, train, validation, ranked: Ranked, steps: int) -> dict:
         transitions = [tr for t in train for tr in transitions_of(t, self.d.gamma)]
         if not transitions:
             return {}
@@ -200,16 +245,24 @@ class DigiRL:
 
     # ------------------------------------------------------------------ actor
 
-    def curriculum(self, train: list[Trajectory]) -> list[Trajectory]:
-        """Trajectories whose reward - p_instr(task) is at or above the `curriculum_quantile` of those scores."""
-        if not train:
-            return []
-        scores = curriculum_scores([t.reward for t in train], self.instruction_values(train))
-        return [t for t, keep in zip(train, top_quantile(scores, self.d.curriculum_quantile)) if keep]
+    def curriculum(self, rows: Summaries) -> tuple[np.ndarray, dict]:
+        """Rows whose reward - p_instr(task) is at or above the `curriculum_quantile` of those scores, and per
+        task group how many were kept and the critic's mean p_instr (what the curriculum is doing)."""
+        if not len(rows):
+            return np.zeros(0, dtype=int), {}
+        p_task = self.task_values(rows.instructions)
+        scores = curriculum_scores(rows.rewards, p_task[rows.instruction_index])
+        kept = np.flatnonzero(top_quantile(scores, self.d.curriculum_quantile))
+        groups = np.array(rows.groups)
+        metrics = {}
+        for group in sorted(set(rows.groups)):
+            in_group = groups == group
+            metrics[f"digirl/curriculum_kept/{group}"] = int(in_group[rows.instruction_index[kept]].sum())
+            metrics[f"digirl/p_instr/{group}"] = float(p_task[in_group].mean())
+        return kept, metrics
 
-    def actor_samples(self, train: list[Trajectory]) -> tuple[list[ActorSample], dict]:
-        """Curriculum (top quantile of reward - p_instr), then transitions whose advantage passes the filter."""
-        chosen = self.curriculum(train)
+    def actor_samples(self, chosen: list[Trajectory]) -> tuple[list[ActorSample], dict]:
+        """Transitions of the curriculum's trajectories whose advantage passes the filter."""
         per_trajectory = [transitions_of(t, self.d.gamma) for t in chosen]
         flat = [tr for transitions in per_trajectory for tr in transitions]
         # one batched critic pass over every chosen transition, then the advantages per trajectory
@@ -230,14 +283,23 @@ class DigiRL:
             advantages.extend(adv)
             samples += [ActorSample.of(tr.step) for tr, k in zip(transitions, keep) if k and tr.index in imitable]
         return samples, {
-            "digirl/curriculum_trajectories": len(chosen),
             "digirl/actor_transitions": len(samples),
             "digirl/mean_advantage": float(np.mean(advantages)) if advantages else None,
         }
 
-    def _train_actor(self, train, validation, steps: int) -> dict:
-        samples, metrics = self.actor_samples(train)
-        return metrics | self.actor.run(samples, steps)
+    def _train_actor(self, train, validation, ranked: Ranked, steps: int) -> dict:
+        """The curriculum over the ranked trajectories; at most `learner.sample_trajectories` of those it keeps
+        are drawn whole (from memory or the run folder) for the advantage filter."""
+        train_rows = ranked.rows_of(self.d.validation_fraction, validation=False)
+        kept, metrics = self.curriculum(train_rows)
+        ids = [train_rows.ids[i] for i in kept]
+        if len(ids) > self.cfg.sample_trajectories:
+            ids = self.rng.sample(ids, self.cfg.sample_trajectories)
+        chosen = ranked.fetch(ids)
+        self._attach_features(chosen)
+        samples, more = self.actor_samples(chosen)
+        metrics |= {"digirl/curriculum_trajectories": len(kept), "digirl/actor_trajectories": len(chosen)}
+        return metrics | more | self.actor.run(samples, steps)
 
     # ------------------------------------------------------------------ shared
 

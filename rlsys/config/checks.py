@@ -91,6 +91,12 @@ def check_training(cfg: Config) -> None:
         check_digiq(cfg)
     elif training != "online" and learner.offline_iterations < 1:
         raise ConfigError(f"run.training = {training!r} needs learner.offline_iterations >= 1")
+    lag = cfg.run.max_policy_lag
+    if lag is not None and lag < 0:
+        raise ConfigError(
+            f"run.max_policy_lag must be at least 0 (or null for no limit), got {lag}; it drops trajectories "
+            "collected by this run's policies that many versions behind, never offline data"
+        )
     for key in ("quantile", "shortest_fraction"):
         if not 0 <= getattr(learner, key) <= 1:
             raise ConfigError(f"learner.{key} must be within [0, 1], got {getattr(learner, key)}")

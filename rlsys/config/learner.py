@@ -101,6 +101,9 @@ class LearnerConfig:
     updates_per_iteration: int = 20  # filtered_bc / sft optimizer steps
     grad_clip: float = 1.0  # per module: each network's own gradient norm
     sample_trajectories: int = 512  # trajectories drawn from the replay buffer per iteration
+    # DigiRL's instruction critic and curriculum, and filtered BC's reward quantile, rank every trajectory of the
+    # run (and the offline data), as DigiRL's released code keeps them all; false: only the iteration's sample
+    rank_history: bool = True
     offline_iterations: int = 0  # filtered_bc / sft: iterations of the offline phase (digirl: digirl.offline_*)
     # Clipped importance weights min(importance_clip, pi/mu) on the actor loss; auto: on in async mode,
     # off in sync mode (the papers' recipes)

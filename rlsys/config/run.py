@@ -22,7 +22,8 @@ class RunConfig:
     eval_at_start: bool = True
     checkpoint_every: int = 1
     keep_checkpoints: int = 3
-    max_policy_lag: int | None = None  # async: trajectories older than this many versions are dropped
+    # trajectories collected by policies more than this many versions behind are dropped (offline data never is)
+    max_policy_lag: int | None = None
     episode_timeout_s: float = 120.0
 
 

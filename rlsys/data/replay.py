@@ -1,8 +1,11 @@
-"""Replay buffer of whole trajectories, bounded by count and by bytes, FIFO eviction.
+"""Replay buffer of whole trajectories, bounded by count and by bytes, FIFO eviction, over the run's history.
 
-Run as a Ray actor (actors.replay.ReplayBufferActor), it holds every trajectory in its own
+Run as a Ray actor (actors.replay.ReplayBufferActor), it holds the newest trajectories in its own
 memory: the data it was sent is deserialised into the actor, so nothing it stores depends
-on the runner that produced it staying alive (docs/architecture.md#data-flow).
+on the runner that produced it staying alive (docs/architecture.md#data-flow). `sample` draws from
+them (the step critic's transitions, filtered BC's and PAE's data). What it evicts is spilled to the
+run folder and stays in the history (rlsys.data.history), which DigiRL's instruction critic and
+curriculum rank whole: `summaries` and `fetch`.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from pathlib import Path
 
 from rlsys.core.types import Trajectory
 from rlsys.data import shards as storage
+from rlsys.data.history import Summaries, TrajectoryHistory
 
 
 class ReplayBuffer:
@@ -20,7 +24,7 @@ class ReplayBuffer:
     it returns, not with what is stored. Per-version counts let `sample(min_version=...)` skip the
     scan for stale trajectories when there are none."""
 
-    def __init__(self, capacity: int, max_bytes: int, seed: int = 0):
+    def __init__(self, capacity: int, max_bytes: int, seed: int = 0, history_dir: str | None = None):
         if capacity < 1 or max_bytes < 1:
             raise ValueError("replay capacity and max_bytes must be positive")
         self.capacity = capacity
@@ -36,6 +40,8 @@ class ReplayBuffer:
         self._successes = 0
         self._bytes = 0
         self._rng = random.Random(seed)
+        self.history = TrajectoryHistory(history_dir)
+        self._evicting: list[Trajectory] = []
         self.added = 0
         self.rejected_untrainable = 0
         self.evicted = 0
@@ -56,6 +62,8 @@ class ReplayBuffer:
             self.added += 1
             kept += 1
             self._evict()
+        self.history.evicted(self._evicting)
+        self._evicting = []
         return kept
 
     def _store(self, traj: Trajectory, size: int) -> None:
@@ -69,6 +77,7 @@ class ReplayBuffer:
             self._order[index] = traj
         self._sizes[traj.id] = size
         self._account(traj, 1)
+        self.history.record(traj)
 
     def _account(self, traj: Trajectory, sign: int) -> None:
         size = self._sizes.pop(traj.id) if sign < 0 else self._sizes[traj.id]
@@ -90,6 +99,7 @@ class ReplayBuffer:
         self._head += 1
         del self._slot[traj.id]
         self._account(traj, -1)
+        self._evicting.append(traj)
         if self._head * 2 >= len(self._order):  # compact: amortised O(1) per eviction
             del self._order[: self._head]
             self._offset += self._head
@@ -102,19 +112,21 @@ class ReplayBuffer:
         self._slot = {t.id: i for i, t in enumerate(trajectories)}
 
     def drop_older_than(self, min_version: int) -> int:
-        """Remove trajectories collected by a policy older than `min_version`; counted as stale."""
-        if not any(v < min_version for v in self._versions):
+        """Remove trajectories collected by a policy older than `min_version`; counted as stale. Offline
+        data (version -1) is never stale: no policy of this run collected it."""
+        if not any(0 <= v < min_version for v in self._versions):
             return 0
-        keep, stale = [], 0
+        keep, stale = [], []
         for traj in self.all():
-            if traj.policy_version < min_version:
+            if 0 <= traj.policy_version < min_version:
                 self._account(traj, -1)
-                stale += 1
+                stale.append(traj.id)
             else:
                 keep.append(traj)
         self._rebuild(keep)
-        self.dropped_stale += stale
-        return stale
+        self.history.dropped(stale)
+        self.dropped_stale += len(stale)
+        return len(stale)
 
     def sample(self, n: int, min_version: int | None = None) -> list[Trajectory]:
         """Up to `n` distinct trajectories drawn uniformly (all of them when fewer are stored)."""
@@ -125,6 +137,15 @@ class ReplayBuffer:
             return self.all()
         # the same draw as sampling the list of stored trajectories, without building that list
         return [self._order[self._head + i] for i in self._rng.sample(range(size), n)]
+
+    def summaries(self, min_version: int | None = None) -> Summaries:
+        """Every trajectory of the history, in memory or spilled, as columns (see TrajectoryHistory)."""
+        return self.history.summaries(min_version)
+
+    def fetch(self, ids: list[str]) -> list[Trajectory]:
+        """Whole trajectories of the history by id, from memory or the run folder."""
+        in_memory = {i: self._order[self._slot[i] - self._offset] for i in ids if i in self._slot}
+        return self.history.fetch(ids, in_memory)
 
     def all(self) -> list[Trajectory]:
         return self._order[self._head :]
@@ -141,6 +162,8 @@ class ReplayBuffer:
             "dropped_stale": self.dropped_stale,
             "rejected_untrainable": self.rejected_untrainable,
             "successes": self._successes,
+            "history": len(self.history),
+            "spilled": self.history.spilled,
         }
 
     # -- checkpoints: contents go to a Parquet shard, counters alongside
@@ -148,9 +171,15 @@ class ReplayBuffer:
     def save(self, folder: str) -> dict:
         folder = Path(folder)
         storage.write_shard(folder / "replay.parquet", self.all())
-        return {"counters": self.stats(), "rng": _rng_state_to_json(self._rng.getstate())}
+        return {
+            "counters": self.stats(),
+            "rng": _rng_state_to_json(self._rng.getstate()),
+            "history": self.history.save(folder / "replay_history.parquet"),
+        }
 
     def load(self, folder: str, state: dict) -> None:
+        if "history" in state:  # checkpoints from before the history kept only what was in memory
+            self.history.load(Path(folder) / "replay_history.parquet", state["history"])
         self._rebuild([])
         self._sizes.clear()
         self._versions.clear()

@@ -48,3 +48,58 @@ def test_save_and_load_restore_contents_counters_and_rng(tmp_path):
 def test_bad_bounds_are_rejected():
     with pytest.raises(ValueError):
         ReplayBuffer(capacity=0, max_bytes=10)
+
+
+def test_history_keeps_what_memory_evicts_and_gives_it_back_whole(tmp_path):
+    buf = ReplayBuffer(capacity=3, max_bytes=1 << 30, history_dir=str(tmp_path / "replay"))
+    trajs = [trajectory(2, "success" if i % 3 else "failure", version=i, seed=i) for i in range(10)]
+    for start in range(0, 10, 4):
+        buf.add(trajs[start : start + 4])
+    assert len(buf) == 3 and buf.stats()["history"] == 10 and buf.stats()["spilled"] == 7
+    rows = buf.summaries()
+    assert rows.ids == [t.id for t in trajs]
+    assert list(rows.rewards) == [t.reward for t in trajs] and list(rows.versions) == list(range(10))
+    assert {rows.instructions[i] for i in rows.instruction_index} == {"Click button ONE."}
+    back = buf.fetch([trajs[8].id, trajs[0].id, trajs[5].id])  # memory, the first spill shard, the second
+    assert [t.id for t in back] == [trajs[8].id, trajs[0].id, trajs[5].id]
+    assert [s.observation.screenshot_png for s in back[1].steps] == [
+        s.observation.screenshot_png for s in trajs[0].steps
+    ]
+    assert back[1].final_observation.features["f"].tolist() == [1.0, 1.0, 1.0]
+    assert rows.take([0, 5]).ids == [trajs[0].id, trajs[5].id]
+
+
+def test_history_without_a_folder_forgets_what_memory_evicts():
+    buf = ReplayBuffer(capacity=2, max_bytes=1 << 30)
+    trajs = [trajectory(1, seed=i) for i in range(4)]
+    buf.add(trajs)
+    assert buf.summaries().ids == [t.id for t in trajs[2:]]
+    with pytest.raises(KeyError):
+        buf.fetch([trajs[0].id])
+
+
+def test_history_resumes_from_a_checkpoint_and_later_spills_do_not_leak_in(tmp_path):
+    folder = tmp_path / "replay"
+    buf = ReplayBuffer(capacity=2, max_bytes=1 << 30, history_dir=str(folder))
+    first = [trajectory(1, seed=i) for i in range(5)]
+    buf.add(first)
+    state = buf.save(str(tmp_path))
+    buf.add([trajectory(1, seed=50 + i) for i in range(3)])  # spills again after the checkpoint, then "crash"
+    again = ReplayBuffer(capacity=2, max_bytes=1 << 30, history_dir=str(folder))
+    again.load(str(tmp_path), state)
+    assert again.summaries().ids == [t.id for t in first]
+    assert [t.id for t in again.fetch([first[0].id, first[4].id])] == [first[0].id, first[4].id]
+    later = [trajectory(1, seed=80 + i) for i in range(2)]
+    again.add(later)  # overwrites the spill shard written after the checkpoint
+    assert again.summaries().ids == [t.id for t in first + later]
+    assert [t.id for t in again.fetch([first[3].id])] == [first[3].id]
+
+
+def test_offline_data_is_never_stale():
+    buf = ReplayBuffer(capacity=100, max_bytes=1 << 30, seed=1)
+    offline = [trajectory(2, version=-1, seed=100 + i) for i in range(4)]
+    buf.add(offline + [trajectory(1, version=v, seed=v) for v in range(6)])
+    kept = buf.sample(100, min_version=4)
+    assert sorted(t.policy_version for t in kept) == [-1, -1, -1, -1, 4, 5]
+    assert buf.stats()["dropped_stale"] == 4
+    assert sorted(buf.summaries(min_version=4).versions.tolist()) == [-1, -1, -1, -1, 4, 5]

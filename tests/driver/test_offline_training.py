@@ -91,6 +91,27 @@ def test_off2on_digirl_completes_then_resumes_without_skipping_or_repeating(coll
     assert_no_browsers_left(t0)
 
 
+def test_off2on_offline_data_stays_in_the_history_beyond_capacity_and_is_never_stale(collected, tmp_path):
+    cfg = make_config(
+        tmp_path,
+        run__training="off2on",
+        run__iterations=1,
+        run__max_policy_lag=0,
+        replay__capacity=2,
+        learner__algorithm="digirl",
+        learner__digirl=TINY_DIGIRL,
+        offline__data=[str(collected)],
+    )
+    run(cfg)
+    records = read_metrics(cfg.output_dir)
+    offline = checkpoint.read_json(checkpoint.latest(cfg.output_dir) / "state.json")["counters"]["offline_trajectories"]
+    assert offline > 2 and records[0]["replay/size"] == 2  # more offline data than memory holds
+    assert records[0]["replay/history"] == offline and records[0]["replay/dropped_stale"] == 0
+    online = records[-1]["train/trajectories"] - records[-1]["train/env_errors"] - records[-1]["train/unknown"]
+    assert records[-1]["replay/history"] == offline + online
+    assert records[-1]["instruction_critic/trajectories"] > 2  # ranked beyond what memory holds
+
+
 def test_missing_offline_data_and_model_paths_name_their_key(tmp_path):
     with pytest.raises(ConfigError, match="needs offline.data"):
         make_config(tmp_path, run__training="off2on", learner__algorithm="digirl")

@@ -9,7 +9,10 @@ from PIL import Image
 
 from rlsys.config import DigiRLConfig, LearnerConfig, PolicyConfig
 from rlsys.core.types import Observation, Step, Task, Trajectory
-from rlsys.learners.digirl.algorithm import DigiRL, transitions_of
+from rlsys.data.history import Summaries
+from rlsys.data.replay import ReplayBuffer
+from rlsys.learners.digirl.algorithm import DigiRL, Ranked, transitions_of
+from rlsys.learners.history import HistoryView
 from rlsys.learners.imitation import ActorSample, ActorUpdate
 from rlsys.learners.losses import token_mean_nll
 from rlsys.learners.selection import is_validation
@@ -93,7 +96,7 @@ def test_lambda_one_imitates_exactly_the_imitable_steps_of_successes(policy):
     samples, metrics = algo.actor_samples(data)
     # A_t = r_H: every step of the 12 two-step successes, and the errorless two steps of the last one
     assert len(samples) == 12 * 2 + 2
-    assert metrics["digirl/curriculum_trajectories"] == 25
+    assert metrics["digirl/actor_transitions"] == 26
     assert all(s.observation.screenshot_png == RED for s in samples)
 
 
@@ -103,10 +106,16 @@ def test_curriculum_prefers_successes_the_instruction_critic_doubts(policy):
     algo.update(data)
     surprise = traj("buy a red sofa online", BLUE, [0, 1], "s")  # success on a task that always failed
     # scores: surprise 1 - p(hard) ~ 1; easy successes 1 - p(easy) ~ 0; failures 0 - p(hard) ~ 0 but lower
-    kept = algo.curriculum(data + [surprise])
-    assert "s" in {t.id for t in kept} and not any(t.id.startswith("h") for t in kept)
-    kept = algo.curriculum([surprise, data[0], data[-1]])  # 90th percentile of 3 scores: only the top one
-    assert [t.id for t in kept] == ["s"]
+    kept = kept_ids(algo, data + [surprise])
+    assert "s" in kept and not any(i.startswith("h") for i in kept)
+    assert kept_ids(algo, [surprise, data[0], data[-1]]) == ["s"]  # 90th percentile of 3 scores: only the top one
+
+
+def kept_ids(algo, trajectories) -> list[str]:
+    rows = Summaries.of(trajectories)
+    kept, metrics = algo.curriculum(rows)
+    assert sum(v for k, v in metrics.items() if k.startswith("digirl/curriculum_kept/")) == len(kept)
+    return [rows.ids[i] for i in kept]
 
 
 def test_actor_step_changes_only_the_policy_and_checkpoint_round_trips(policy):
@@ -117,7 +126,7 @@ def test_actor_step_changes_only_the_policy_and_checkpoint_round_trips(policy):
     critic_state = {k: v.clone() for k, v in algo.step_critic.state_dict().items()}
     instr_state = {k: v.clone() for k, v in algo.instruction_critic.state_dict().items()}
     actor_before = [p.detach().clone() for p in policy.parameters()]
-    metrics = algo._train_actor(data, [], steps=2)
+    metrics = algo._train_actor(data, [], Ranked.of(None, data), steps=2)
     assert metrics["actor/updates"] == 2
     assert any(not torch.equal(a, p) for a, p in zip(actor_before, policy.parameters()))
     assert all(torch.equal(v, algo.step_critic.state_dict()[k]) for k, v in critic_state.items())
@@ -173,3 +182,21 @@ def test_text_encoder_loads_a_saved_roberta_folder(tmp_path):
     out = loaded(["open the mail app", "a much longer instruction " * 10])
     assert out.shape == (2, 16) and loaded.hidden_size == 16
     assert loaded.model.pooler is not None  # RoBERTa-base's pooled output, as DigiRL uses
+
+
+def test_critic_and_curriculum_rank_the_whole_history_not_the_sample(policy, tmp_path):
+    """Memory holds 4 trajectories; the instruction critic learns from all 25, and the curriculum picks the one
+    surprising success although it left memory long ago (it is read back from the run folder)."""
+    buf = ReplayBuffer(capacity=4, max_bytes=1 << 30, history_dir=str(tmp_path / "replay"))
+    surprise = traj("buy a red sofa online", BLUE, [0, 1], "s")
+    buf.add([surprise] + dataset())
+    history = HistoryView(buf)
+    cfg = learner_cfg(instruction_critic_steps=40, step_critic_steps=1, actor_steps=1, lam=1.0)
+    algo = DigiRL(cfg, policy)
+    metrics = algo.update(buf.sample(4), history=history)
+    assert metrics["instruction_critic/trajectories"] == 25
+    p_easy, p_hard = algo.task_values(["open the mail app", "buy a red sofa online"])
+    assert p_easy > 0.8 and p_hard < 0.2  # learnt from the 20 trajectories no longer in memory too
+    ranked = Ranked.of(history, buf.sample(4))
+    algo._train_actor([], [], ranked, steps=1)
+    assert "s" in {t.id for t in ranked.fetched}

@@ -6,13 +6,17 @@ import numpy as np
 import pytest
 import torch
 
-from rlsys.config import LearnerConfig
+from rlsys.config import LearnerConfig, PolicyConfig
 from rlsys.core.returns import discounted_returns, success_labels
 from rlsys.core.types import Observation, Step, Task, Trajectory
+from rlsys.data.replay import ReplayBuffer
 from rlsys.learners.digirl.advantages import curriculum_scores, digirl_compat, doubly_robust, keep_mask, top_quantile
+from rlsys.learners.filtered_bc import FilteredBC
+from rlsys.learners.history import HistoryView
 from rlsys.learners.losses import clamp_probs, importance_weights, sequence_weighted_nll, token_mean_nll
 from rlsys.learners.optim import ModuleOptimizer
 from rlsys.learners.selection import non_empty, reward_quantile, select, shortest_successes
+from rlsys.policies import build_policy
 
 
 def traj(task: str, rewards, outcome: str | None = None, errors=None, tid: str | None = None) -> Trajectory:
@@ -85,6 +89,17 @@ def test_digirl_filtered_bc_keeps_the_reward_quantile():
     # untrainable trajectories never count, not even towards the cutoff
     broken = traj("x", [1], outcome="env_error")
     assert reward_quantile([broken, traj("y", [0])], 0.9) == []
+
+
+def test_digirl_filtered_bc_ranks_the_runs_history_not_what_memory_holds(tmp_path):
+    buf = ReplayBuffer(capacity=2, max_bytes=1 << 30, history_dir=str(tmp_path / "replay"))
+    buf.add([traj(f"t{i}", [0, 1] if i in (1, 3) else [0, 0], tid=f"x{i}") for i in range(10)])
+    policy = build_policy(PolicyConfig(d_model=32, d_ff=64, num_heads=2), seed=0)
+    algo = FilteredBC(LearnerConfig(filter="quantile", quantile=0.8), policy)
+    assert algo.ranks_history
+    assert sorted(t.id for t in algo._from_history(HistoryView(buf))) == ["x1", "x3"]  # both left memory
+    metrics = algo.update(buf.sample(2), history=HistoryView(buf))
+    assert metrics["learner/selected_trajectories"] == 2 and metrics["actor/updates"] == 20
 
 
 def test_pae_filtered_bc_keeps_the_shortest_fifth_of_each_tasks_successes():

@@ -85,7 +85,7 @@ class Trainer:
         if self.iteration == 0 and self.cfg.run.eval_at_start and self.cfg.run.eval_every:
             self._log(logger, {"iteration": 0, "policy_version": self.version, **self.evaluate()}, advance=False)
         started = time.perf_counter()
-        while self.iteration < self.total_iterations:
+        while self.iteration < self.total_iterations and not self._env_steps_spent():
             metrics = self._collect_and_update()  # the learner publishes the version it trained
             if metrics is None:  # async: no update has finished yet
                 continue
@@ -135,8 +135,14 @@ class Trainer:
         lag = self.cfg.run.max_policy_lag
         return None if lag is None else self.version - lag
 
+    def _env_steps_spent(self) -> bool:
+        """`run.max_env_steps`: the online phase ends at the iteration that reaches this many env steps."""
+        budget = self.cfg.run.max_env_steps
+        return budget is not None and self.collector.counters["env_steps"] >= budget
+
     def _due(self, every: int) -> bool:
-        return bool(every) and (self.iteration % every == 0 or self.iteration == self.total_iterations)
+        last = self.iteration == self.total_iterations or self._env_steps_spent()
+        return bool(every) and (self.iteration % every == 0 or last)
 
     def evaluate(self) -> dict:
         return self.collector.evaluate(self._min_version(), self.iteration)

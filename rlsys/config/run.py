@@ -16,6 +16,8 @@ class RunConfig:
     # iterations with the offline data still in the replay buffer
     training: Literal["online", "offline", "off2on"] = "online"
     iterations: int = 10  # online iterations (the offline phase's length is the learner's)
+    # the online phase also ends after the iteration that reaches this many training env steps (equal budgets)
+    max_env_steps: int | None = None
     rollout_size: int = 32  # trajectories collected per iteration (sync) or per update (async)
     eval_every: int = 5
     eval_episodes: int = 30

@@ -109,6 +109,14 @@ def test_async_run_completes_and_drops_stale_data(ray_session, tmp_path):
     assert records[-1]["trajectories"] >= 12
 
 
+def test_an_env_step_budget_ends_the_run_with_an_evaluation(ray_session, tmp_path):
+    cfg = make_config(tmp_path, run__iterations=50, run__max_env_steps=6, run__eval_every=10, run__eval_episodes=2)
+    records = run_trainer(cfg)
+    spent = [r["env_steps"] >= 6 for r in records]
+    assert spent[-1] and not any(spent[:-1]) and len(records) < 50  # stopped at the iteration that reached it
+    assert records[-1]["eval/episodes"] == 2
+
+
 def kill_session(sid: int) -> None:
     """SIGKILL every process of a session, as a machine losing power would (Ray workers sit in
     process groups of their own, so killing the driver's group is not enough)."""

@@ -42,7 +42,7 @@ class ServerConfig:
 
 @dataclass
 class PolicyConfig:
-    kind: Literal["tiny_t5", "autoui", "vlm", "api", "random"] = "tiny_t5"
+    kind: Literal["tiny_t5", "element_pointer", "autoui", "vlm", "api", "random"] = "tiny_t5"
     path: str | None = None  # a save_pretrained folder to start from; None: a fresh model built from config
     arch: Literal["llava", "qwen2_vl"] = "llava"  # vlm built from config (tiny preset) when path is None
     # sizes of models built from config

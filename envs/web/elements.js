@@ -9,9 +9,10 @@
 // Visible: some client rect of the element (a link wrapping onto two lines has two) intersects the viewport and
 // hit-tests to the element at one of a few points in it, so elements scrolled away or covered (by a sticky
 // header, a dialog) are left out. The box is the first visible rect, the point the first that hit-tested.
-// Same-origin iframes and open shadow roots are searched as part of the page.
+// Same-origin iframes and open shadow roots are searched as part of the page. With `area` ([left, top, width,
+// height] of the viewport) given, only what is visible in that part of the viewport counts, boxes clipped to it.
 // The elements are remembered in window.__rlsysElements for the action that follows.
-function findElements(rootSelector, skipIds) {
+function findElements(rootSelector, skipIds, area) {
 const MIN_AREA = 20;  // px²: smaller rects are specks, not targets
 const MAX_TEXT = 80;
 const CONTROLS = new Set(["A", "BUTTON", "INPUT", "SELECT", "TEXTAREA", "SUMMARY", "OPTION", "IFRAME", "VIDEO"]);
@@ -64,6 +65,9 @@ function owns(el, hit) {
 }
 function makeContext(doc, frame, parent) {
   let dx = 0, dy = 0, clip = [0, 0, vw, vh];
+  if (!frame && area) {
+    clip = [Math.max(0, area[0]), Math.max(0, area[1]), Math.min(vw, area[0] + area[2]), Math.min(vh, area[1] + area[3])];
+  }
   if (frame) {
     const r = frame.getBoundingClientRect();
     dx = parent.dx + r.left + frame.clientLeft;

@@ -2,6 +2,12 @@
 
 The page computes the reward itself (`WOB_RAW_REWARD_GLOBAL`); the env reads it with every
 observation.
+
+What the agent sees is the task area only (`#wrap`, 160x210 pixels at the top left of every task page,
+where the official MiniWoB++ environment crops its screenshots too), drawn `env.task_area_scale` times
+as large. The page's own harness is hidden: the reward panel beside the task area (last reward, average
+of the last 10, time left, episodes done), the trace of past clicks, and the START cover that is shown
+over the task once an episode is done; they would tell the agent about earlier episodes' rewards.
 """
 
 from __future__ import annotations
@@ -31,6 +37,19 @@ def available_tasks() -> list[str]:
     return sorted(p.stem for p in html_dir().glob("*.html"))
 
 
+TASK_AREA = (0, 0, 160, 210)  # #wrap in the package's core.css: left, top, width, height
+# Hidden on every task page (the env adds this stylesheet; the task itself is untouched).
+HARNESS_CSS = "#reward-display, #click-canvas, #sync-task-cover { display: none !important; }"
+_HIDE_HARNESS = """
+if (!document.getElementById("rlsys-hide-harness")) {
+  const style = document.createElement("style");
+  style.id = "rlsys-hide-harness";
+  style.textContent = arguments[1];
+  document.head.appendChild(style);
+}
+"""
+
+
 class MiniWoBEnv(WebEnv):
     skip_ids = ("reward-display", "query", "sync-task-cover", "episode-id")
     page_state_script = (
@@ -38,7 +57,14 @@ class MiniWoBEnv(WebEnv):
     )
 
     def __init__(self, cfg: EnvConfig, env_id: str = "miniwob"):
+        scale = cfg.task_area_scale
+        if not isinstance(scale, int) or scale < 1:
+            raise EnvSetupError(f"env.task_area_scale must be a whole number >= 1, got {scale!r}")
+        width, height = TASK_AREA[0] + TASK_AREA[2], TASK_AREA[1] + TASK_AREA[3]
+        if cfg.viewport[0] < width or cfg.viewport[1] < height:
+            raise EnvSetupError(f"env.viewport {cfg.viewport} must hold MiniWoB++'s {width}x{height} task area")
         super().__init__(cfg, env_id)
+        self.area, self.scale = TASK_AREA, scale
         self._pages: OrderedDict[str, str] = OrderedDict()  # task page -> its tab
         self._page = None
         self._utterance = ""
@@ -56,8 +82,9 @@ class MiniWoBEnv(WebEnv):
             if seed is not None:
                 self.driver.execute_script(f"Math.seedrandom({int(seed)});")
             ready = self.driver.execute_script(
-                "core.EPISODE_MAX_TIME = arguments[0]; core.startEpisodeReal(); return WOB_TASK_READY;",
+                _HIDE_HARNESS + "core.EPISODE_MAX_TIME = arguments[0]; core.startEpisodeReal(); return WOB_TASK_READY;",
                 int(self.cfg.episode_time_limit_s * 1000),
+                HARNESS_CSS,
             )
             deadline = time.monotonic() + self.cfg.step_timeout_s
             while not ready:

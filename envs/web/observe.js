@@ -1,7 +1,8 @@
 // Waits until the page has settled, then describes it, in one asynchronous script call.
 // Settled: the document is loaded, no fetch/XHR is in flight and the DOM has not changed for
-// `quietMs`; or `timeoutMs` has passed (reported as settled: false).
-const [rootSelector, skipIds, quietMs, timeoutMs] = arguments;
+// `quietMs`; or `timeoutMs` has passed (reported as settled: false). Only elements visible in `area`
+// ([left, top, width, height] of the viewport) are listed.
+const [rootSelector, skipIds, quietMs, timeoutMs, area] = arguments;
 const reply = arguments[arguments.length - 1];
 const start = performance.now();
 let lastChange = start;
@@ -20,7 +21,8 @@ observer.observe(document, { subtree: true, childList: true, attributes: true, c
     settle_ms: now - start,
     url: location.href,
     content_type: document.contentType,
-    elements: findElements(rootSelector, skipIds),
+    scroll: [scrollX, scrollY],
+    elements: findElements(rootSelector, skipIds, area),
     extra: (() => { /*EXTRA*/ })(),
   });
 })();

@@ -60,6 +60,11 @@ def _host(url: str) -> str:
 
 
 class WebEnv:
+    """Observations show `self.area` of the viewport (left, top, width, height in viewport pixels; all of it
+    unless a suite narrows it) drawn `self.scale` times as large. Everything in an observation is in the
+    image's pixels: the element boxes and click points, and the points of `tap` and `swipe` (fractions of
+    the image); the env maps them back to the page to act."""
+
     # What subclasses for particular suites change.
     root_selector = "body"
     skip_ids: tuple[str, ...] = ()
@@ -71,6 +76,8 @@ class WebEnv:
         self.space = spaces.get(cfg.action_space)
         self.fuzzy_judge = fuzzy_judge
         self.browser = Browser(cfg.chromium, cfg.chromedriver, cfg.viewport, cfg.headless, cfg.step_timeout_s)
+        self.area: tuple[int, int, int, int] = (0, 0, *self.browser.viewport)
+        self.scale = 1
         self.task: Task | None = None
         self.url = ""
         self._tabs = {self.driver.current_window_handle}  # tabs this env opened itself
@@ -165,14 +172,13 @@ class WebEnv:
 
     def _perform(self, action: WebAction, events: dict) -> str | None:
         """Carry out one action; a mistake of the agent's is returned as a message, never raised."""
-        width, height = self.browser.viewport
         kind = action.kind
         if problem := _not_typeable(action.url if kind == "goto" else action.text):
             return problem
         if kind == "click":
             self.browser.click_at(*self._centre(action.element))
         elif kind == "tap":
-            self.browser.click_at(action.point[0] * width, action.point[1] * height)
+            self.browser.click_at(*self._page_point(action.point))
         elif kind == "type":
             if action.element is not None:
                 self.browser.click_at(*self._centre(action.element))
@@ -190,9 +196,9 @@ class WebEnv:
             vertical = action.direction in ("up", "down")
             self.driver.execute_script(_SCROLL, action.element, sign, vertical)
         elif kind == "swipe":
-            (x0, y0), (x1, y1) = action.point, action.end
+            (x0, y0), (x1, y1) = self._page_point(action.point), self._page_point(action.end)
             # a finger moving up drags the content up: the page scrolls down
-            self.browser.wheel_at(x0 * width, y0 * height, (x0 - x1) * width, (y0 - y1) * height)
+            self.browser.wheel_at(x0, y0, x0 - x1, y0 - y1)
         elif kind == "wait":
             time.sleep(self.cfg.wait_action_s)
         elif kind == "back":
@@ -206,12 +212,20 @@ class WebEnv:
         return None
 
     def _centre(self, index: int) -> tuple[float, float]:
-        """Where the element was seen to be reachable (a wrapped link's box centre may be blank space)."""
+        """Where in the viewport the element was seen to be reachable (a wrapped link's box centre may be
+        blank space)."""
         element = self._elements[index]
         if element.get("point"):
-            return tuple(element["point"])
-        left, top, width, height = element["box"]
-        return left + width / 2, top + height / 2
+            x, y = element["point"]
+        else:
+            left, top, width, height = element["box"]
+            x, y = left + width / 2, top + height / 2
+        return self.area[0] + x / self.scale, self.area[1] + y / self.scale
+
+    def _page_point(self, fraction: tuple[float, float]) -> tuple[float, float]:
+        """The viewport point at `fraction` (x, y) of the observed image."""
+        left, top, width, height = self.area
+        return left + fraction[0] * width, top + fraction[1] * height
 
     def _may_visit(self, url: str) -> bool:
         return self.cfg.allow_all_domains or host_allowed(url, self._allowed, urlsplit(self.task.start).scheme)
@@ -269,8 +283,8 @@ class WebEnv:
             feedback = "the page showed a dialog, which was accepted: " + events["dialogs"][-1][:200]
         if not feedback and events.get("stopped_loading"):
             feedback = f"the page did not finish loading within {self.cfg.settle_timeout_s:g} s; loading was stopped"
-        self._elements = page["elements"][: self.cfg.max_elements]
-        png = self.browser.screenshot_png()
+        self._elements = [self._in_image(e) for e in page["elements"][: self.cfg.max_elements]]
+        png = self._screenshot(page["scroll"])
         if self.cfg.set_of_marks:
             png = draw_marks(png, self._elements)
         extras = {
@@ -286,11 +300,33 @@ class WebEnv:
         obs = Observation(png, self._ui_text(), self.url, self._instruction(), extras)
         return obs, page["extra"]
 
+    def _whole_viewport(self) -> bool:
+        return self.area == (0, 0, *self.browser.viewport) and self.scale == 1
+
+    def _screenshot(self, scroll: list[float]) -> bytes:
+        if self._whole_viewport():
+            return self.browser.screenshot_png()
+        left, top, width, height = self.area
+        # the capture's clip is in document coordinates
+        return self.browser.screenshot_png((left + scroll[0], top + scroll[1], width, height), self.scale)
+
+    def _in_image(self, element: dict) -> dict:
+        """`element` with its box and click point moved from the viewport into the image's pixels."""
+        if self._whole_viewport():
+            return element
+        left, top, scale = self.area[0], self.area[1], self.scale
+        x, y, width, height = element["box"]
+        moved = {**element, "box": [(x - left) * scale, (y - top) * scale, width * scale, height * scale]}
+        if element.get("point"):
+            moved["point"] = [(element["point"][0] - left) * scale, (element["point"][1] - top) * scale]
+        return moved
+
     def _settle_and_read(self, events: dict) -> dict:
         """Wait for the current tab's page to settle and describe it (observe.js); the dialogs the page
         answered go to events, the URLs it asked window.open for to page["opened"]."""
         script = _observe_script(self.page_state_script)
-        args = (self.root_selector, list(self.skip_ids), self.cfg.settle_quiet_ms, self.cfg.settle_timeout_s * 1000)
+        settle = (self.cfg.settle_quiet_ms, self.cfg.settle_timeout_s * 1000)
+        args = (self.root_selector, list(self.skip_ids), *settle, list(self.area))
         for attempt in range(1, _SETTLE_ATTEMPTS + 1):
             started = time.monotonic()
             try:

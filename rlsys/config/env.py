@@ -86,6 +86,8 @@ class EnvConfig:
     # MiniWoB++
     episode_time_limit_s: float = 60.0  # MiniWoB's in-page timer
     max_tabs: int = 8  # task pages kept open per browser
+    # the screenshot is the task's 160x210 area drawn this many times as large (2: 320x420 pixels)
+    task_area_scale: int = 2
     android: AndroidConfig = field(default_factory=AndroidConfig)
     sim: SimConfig = field(default_factory=SimConfig)
 

@@ -24,8 +24,8 @@ KINDS = (
     "google",  # the configured search engine
     "home",  # the task's start page
     "key",  # text: a key name, e.g. "Enter"
-    "tap",  # point (x, y) as fractions of the viewport
-    "swipe",  # point -> end, fractions of the viewport
+    "tap",  # point (x, y) as fractions of the screenshot
+    "swipe",  # point -> end, fractions of the screenshot
     "answer",  # text; ends the episode
     "impossible",  # the agent gives up; ends the episode
 )

@@ -1,5 +1,6 @@
-"""The AutoUI coordinate format (see envs/autoui.py) on a web viewport. AutoUI text gives points as [y, x];
-`WebAction` points are (x, y), both as fractions of the viewport."""
+"""The AutoUI coordinate format (see envs/autoui.py) on a web page. AutoUI text gives points as [y, x];
+`WebAction` points are (x, y), both as fractions of the screenshot (the viewport, or the part of it a
+suite shows: MiniWoB++'s task area)."""
 
 from __future__ import annotations
 

@@ -389,6 +389,9 @@ class ElementPointerPolicy:
     def train(self) -> None:
         self.model.train()
 
+    def eval(self) -> None:
+        self.model.eval()
+
     def state_dict(self) -> dict:
         return {k: v.detach().to("cpu") for k, v in self.model.state_dict().items()}
 

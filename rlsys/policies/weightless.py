@@ -9,5 +9,8 @@ class WeightlessPolicy:
     def train(self) -> None:
         pass
 
+    def eval(self) -> None:
+        pass
+
     def state_dict(self) -> dict:
         return {}

@@ -21,6 +21,7 @@ from rlsys.data import checkpoint
 from rlsys.learners import distributed
 from rlsys.learners.history import HistoryView
 from rlsys.learners.registry import build_algorithm
+from rlsys.learners.selection import policy_lag
 from rlsys.policies import build_policy
 from rlsys.policies.devices import pick_device
 from rlsys.policies.weights import pack_state_dict
@@ -104,7 +105,7 @@ class Learner:
             self.version += 1
             self.policy.version = self.version
             self.publish()
-        return metrics | {
+        return metrics | policy_lag(trajectories, trained_from) | {
             "learner/sampled_trajectories": len(trajectories),
             "time/train_s": t2 - t1,
             "time/publish_s": time.perf_counter() - t2,

@@ -66,3 +66,15 @@ def is_validation(traj: Trajectory | str, fraction: float) -> bool:
     """A fixed share of trajectories held out from critic training, chosen by id (stable across runs)."""
     digest = hashlib.sha1((traj if isinstance(traj, str) else traj.id).encode()).digest()
     return int.from_bytes(digest[:4], "big") / 2**32 < fraction
+
+
+def policy_lag(trajectories: list[Trajectory], version: int) -> dict:
+    """How many versions behind `version` the policies were that collected these trajectories: mean and max.
+    Offline data (version -1) was collected by no policy of this run: it is counted apart, not as a lag."""
+    lags = [version - t.policy_version for t in trajectories if t.policy_version >= 0]
+    return {
+        "train/policy_lag": float(np.mean(lags)) if lags else None,
+        "train/policy_lag_max": max(lags) if lags else None,
+        "train/offline_in_sample": sum(t.policy_version < 0 for t in trajectories),
+    }
+

@@ -68,7 +68,7 @@ class Collector:
         self.last_eval = results
         return summarize_eval(results, groups)
 
-    def end_iteration(self, iteration: int, elapsed_s: float, trained_from_version: int) -> dict:
+    def end_iteration(self, iteration: int, elapsed_s: float) -> dict:
         """Write this iteration's training trajectories and summarise them."""
         trajs, self.trajectories = self.trajectories, []
         self.writer.write(trajs, iteration)
@@ -85,8 +85,6 @@ class Collector:
             "train/env_errors": sum(t.outcome == "env_error" for t in trajs),
             "train/unknown": sum(t.outcome == "unknown" for t in trajs),
             "train/mean_steps": mean([len(t.steps) for t in trainable]),
-            # how many versions behind the learner's weights the data it trained on was
-            "train/policy_lag": mean([trained_from_version - t.policy_version for t in trainable]),
             "runners/restarts": self.pool.restarts if self.pool else 0,
             "runners/alive": self.pool.num_alive if self.pool else 0,
             "dropped_stale": self.counters["dropped_stale"],

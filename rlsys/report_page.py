@@ -219,7 +219,7 @@ def plot_specs(records: list[dict]) -> tuple[list[PlotSpec], list[PlotSpec]]:
     named += [plot(k, [k]) for k in keys if "loss" in k]
     named += [
         plot("Env steps per second", [k for k in keys if k == "time/env_steps_per_s"]),
-        plot("Policy lag (versions)", [k for k in keys if k == "train/policy_lag"]),
+        plot("Policy lag of the trained sample (versions)", [k for k in keys if k.startswith("train/policy_lag")]),
         plot("Replay buffer size (trajectories)", [k for k in keys if k == "replay/size"]),
         plot("Judge calls", [k for k in keys if k.endswith("judge_calls_per_trajectory") or k == "judge/calls"]),
         plot("Judge unknown rate", [k for k in keys if k == "judge/unknown_rate"], percent=True),

@@ -167,9 +167,8 @@ class Trainer:
             return None
 
     def _record(self, learner_metrics: dict, started: float) -> dict:
-        trained_from = learner_metrics.get("learner/trained_from_version", self.version)
         record = {"iteration": self.iteration, "policy_version": self.version}
-        record.update(self.collector.end_iteration(self.iteration, time.perf_counter() - started, trained_from))
+        record.update(self.collector.end_iteration(self.iteration, time.perf_counter() - started))
         if self.pool is not None and self.pool.evaluator is not None:
             record.update(ray.get(self.pool.evaluator.stats.remote(reset=True), timeout=60))
         record.update(learner_metrics)

@@ -15,7 +15,7 @@ from rlsys.learners.filtered_bc import FilteredBC
 from rlsys.learners.history import HistoryView
 from rlsys.learners.losses import clamp_probs, importance_weights, sequence_weighted_nll, token_mean_nll
 from rlsys.learners.optim import ModuleOptimizer
-from rlsys.learners.selection import non_empty, reward_quantile, select, shortest_successes
+from rlsys.learners.selection import non_empty, policy_lag, reward_quantile, select, shortest_successes
 from rlsys.policies import build_policy
 
 
@@ -100,6 +100,16 @@ def test_digirl_filtered_bc_ranks_the_runs_history_not_what_memory_holds(tmp_pat
     assert sorted(t.id for t in algo._from_history(HistoryView(buf))) == ["x1", "x3"]  # both left memory
     metrics = algo.update(buf.sample(2), history=HistoryView(buf))
     assert metrics["learner/selected_trajectories"] == 2 and metrics["actor/updates"] == 20
+
+
+def test_policy_lag_of_a_sample_leaves_offline_data_out():
+    sample = [traj(f"t{i}", [1]) for i in range(4)]
+    for t, version in zip(sample, [3, 5, 7, -1]):
+        for s in t.steps:
+            s.policy_version = version
+    lag = policy_lag(sample, 7)
+    assert lag == {"train/policy_lag": 2.0, "train/policy_lag_max": 4, "train/offline_in_sample": 1}
+    assert policy_lag(sample[3:], 7)["train/policy_lag"] is None
 
 
 def test_pae_filtered_bc_keeps_the_shortest_fifth_of_each_tasks_successes():

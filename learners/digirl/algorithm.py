@@ -25,7 +25,7 @@ from rlsys.learners.history import HistoryView
 from rlsys.learners.imitation import ActorSample, ActorUpdate
 from rlsys.learners.losses import success_probability, two_class_ce
 from rlsys.learners.optim import ModuleOptimizer, train_steps
-from rlsys.learners.selection import imitable_steps, is_validation
+from rlsys.learners.selection import imitable_steps, is_validation, policy_lag
 from rlsys.policies.image_features import FEATURE_KEY, PooledImageFeatures
 
 STAGES = ("instruction_critic", "step_critic", "actor")
@@ -299,6 +299,12 @@ class DigiRL:
         self._attach_features(chosen)
         samples, more = self.actor_samples(chosen)
         metrics |= {"digirl/curriculum_trajectories": len(kept), "digirl/actor_trajectories": len(chosen)}
+        # the actor trains on what the curriculum drew from the whole history: its staleness is its own
+        lag = policy_lag(chosen, getattr(self.actor.policy, "version", 0))
+        metrics |= {
+            "digirl/actor_policy_lag": lag["train/policy_lag"],
+            "digirl/actor_policy_lag_max": lag["train/policy_lag_max"],
+        }
         return metrics | more | self.actor.run(samples, steps)
 
     # ------------------------------------------------------------------ shared

@@ -198,5 +198,7 @@ def test_critic_and_curriculum_rank_the_whole_history_not_the_sample(policy, tmp
     p_easy, p_hard = algo.task_values(["open the mail app", "buy a red sofa online"])
     assert p_easy > 0.8 and p_hard < 0.2  # learnt from the 20 trajectories no longer in memory too
     ranked = Ranked.of(history, buf.sample(4))
-    algo._train_actor([], [], ranked, steps=1)
+    policy.version = 3
+    metrics = algo._train_actor([], [], ranked, steps=1)
     assert "s" in {t.id for t in ranked.fetched}
+    assert metrics["digirl/actor_policy_lag"] == metrics["digirl/actor_policy_lag_max"] == 3  # all collected by 0

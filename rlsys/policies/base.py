@@ -18,26 +18,9 @@ def torch_dtype(cfg: PolicyConfig, device: str) -> torch.dtype:
     return {"float32": torch.float32, "bfloat16": torch.bfloat16}[cfg.dtype]
 
 
-class HFPolicy:
-    """Subclasses set `model`, `tokenizer`, `cfg`, `version` and implement `act` and
-    `token_logprobs`."""
-
-    _tokens: TokenTable | None = None
-
-    @property
-    def tokens(self) -> TokenTable:
-        """Each token's text, for grammar-constrained decoding; built on first use."""
-        if self._tokens is None:
-            self._tokens = TokenTable(self.tokenizer)
-        return self._tokens
-
-    def grammars(self, observations: Sequence[Observation]) -> list:
-        """Each observation's action grammar when decoding is constrained (None: free text)."""
-        return grammars_of(observations) if self.cfg.constrained else [None] * len(observations)
-
-    def decoder(self, constrained: bool):
-        """Constrained samples are read as the grammar saw them, free text the tokenizer's way."""
-        return self.tokens.text_of if constrained else lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True)
+class ModulePolicy:
+    """The learner-facing half of the Policy contract for a policy whose weights are one torch module,
+    `self.model`; subclasses implement `act` and `token_logprobs`."""
 
     def log_probs(self, observations: Sequence[Observation], actions: Sequence[str]) -> torch.Tensor:
         logp, _ = self.token_logprobs(observations, actions)
@@ -59,3 +42,25 @@ class HFPolicy:
         self.model.load_state_dict(state)
         if version is not None:
             self.version = version
+
+
+class HFPolicy(ModulePolicy):
+    """Subclasses set `model`, `tokenizer`, `cfg`, `version` and implement `act` and
+    `token_logprobs`."""
+
+    _tokens: TokenTable | None = None
+
+    @property
+    def tokens(self) -> TokenTable:
+        """Each token's text, for grammar-constrained decoding; built on first use."""
+        if self._tokens is None:
+            self._tokens = TokenTable(self.tokenizer)
+        return self._tokens
+
+    def grammars(self, observations: Sequence[Observation]) -> list:
+        """Each observation's action grammar when decoding is constrained (None: free text)."""
+        return grammars_of(observations) if self.cfg.constrained else [None] * len(observations)
+
+    def decoder(self, constrained: bool):
+        """Constrained samples are read as the grammar saw them, free text the tokenizer's way."""
+        return self.tokens.text_of if constrained else lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True)

@@ -40,6 +40,7 @@ from torch import nn
 from rlsys.config import PolicyConfig
 from rlsys.core.grammar import PRINTABLE, Grammar
 from rlsys.core.types import ActionSample, Observation
+from rlsys.policies.base import ModulePolicy
 
 CONFIG_NAME = "element_pointer.json"
 WEIGHTS_NAME = "element_pointer.pt"
@@ -332,7 +333,7 @@ class Decision:
         return total + torch.log_softmax(self._text_logits(k, texts), -1)[texts.index(text)]
 
 
-class ElementPointerPolicy:
+class ElementPointerPolicy(ModulePolicy):
     """The Policy contract (see `rlsys.policies`) for `PointerNet`."""
 
     def __init__(self, net: PointerNet, cfg: PolicyConfig, device: str = "cpu"):
@@ -379,23 +380,3 @@ class ElementPointerPolicy:
         logp = torch.stack([d.logprob(a).to(self.device) for d, a in zip(decisions, actions, strict=True)])
         logp = logp.unsqueeze(-1)
         return logp, torch.ones_like(logp, dtype=torch.bool)
-
-    def log_probs(self, observations: Sequence[Observation], actions: Sequence[str]) -> torch.Tensor:
-        return self.token_logprobs(observations, actions)[0].sum(-1)
-
-    def parameters(self):
-        return [p for p in self.model.parameters() if p.requires_grad]
-
-    def train(self) -> None:
-        self.model.train()
-
-    def eval(self) -> None:
-        self.model.eval()
-
-    def state_dict(self) -> dict:
-        return {k: v.detach().to("cpu") for k, v in self.model.state_dict().items()}
-
-    def load_state_dict(self, state: dict, version: int | None = None) -> None:
-        self.model.load_state_dict(state)
-        if version is not None:
-            self.version = version

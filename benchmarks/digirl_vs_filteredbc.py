@@ -1,14 +1,26 @@
-"""DigiRL against filtered BC at equal environment steps, over several seeds.
+"""DigiRL against filtered BC where step-level credit can matter, at equal environment steps, over seeds.
 
-Both start from the same freshly initialised tiny policy (the quick start's byte-level T5) on the
-quick start's MiniWoB++ tasks, collect the same number of trajectories per iteration, and are
-evaluated greedily on the same held-out task seeds. Filtered BC is DigiRL's baseline (reward
-quantile 0.9, i.e. successes here); DigiRL adds the instruction critic, the step critic on
-screenshot features, the curriculum and the advantage filter, with tiny critics built from config.
+The suite: multi-step MiniWoB++ tasks with many instructions, played with `env.max_steps` >= 5, where a
+wrong action does not end the episode (a checkbox toggled back, another tab opened, a field typed
+again), so a policy can waste steps and recover. Every arm starts from the same weak policy: filtered
+BC run for `--start-iterations` iterations on the same tasks (seed 1000), whose checkpoint every arm
+loads, as DigiRL starts from an SFT policy. Every arm then trains for the same `--env-steps` training
+env steps (`run.max_env_steps`) with the published optimiser settings (Adam, lr 1e-4, gradient clip
+0.01, 128 samples per step as 4 x 32, 20 actor steps per iteration) and is evaluated greedily on the
+same `--eval-episodes` held-out problems every `--eval-every` iterations and at the end.
 
-    python benchmarks/digirl_vs_filteredbc.py --seeds 0 1 2 --iterations 8
-    python benchmarks/digirl_vs_filteredbc.py --algorithms digirl --set learner.digirl.curriculum_quantile=0.5 \
-        --tag curriculum0.5     # a variant: extra overrides for every run, results under their own name
+Arms:
+- `filtered_bc`: DigiRL's baseline (reward quantile 0.9 over the run's history);
+- `digirl`: the paper's settings (curriculum quantile 0.9, lambda 0.5, advantage threshold 0.05);
+- `digirl_no_curriculum`: every trajectory passes the curriculum (quantile 0);
+- `sanity_fbc_equivalent`: no curriculum and lambda 1 (A_t = r_H): it imitates exactly the steps of the
+  successes, so it must match filtered BC within noise.
+
+Per arm and evaluation point: the mean over seeds with a 95% confidence interval (t distribution), and
+each seed's value. What the curriculum keeps per task and the instruction critic's p_instr per task
+are read from each run's metrics.jsonl and kept per iteration.
+
+    python benchmarks/digirl_vs_filteredbc.py --seeds 0 1 2 3 4
 """
 
 from __future__ import annotations
@@ -24,90 +36,219 @@ import time
 from pathlib import Path
 
 import numpy as np
+from PIL import Image, ImageDraw
 
-COMMON = [
-    "run.eval_every=4",
-    "run.eval_episodes=40",
-    "run.checkpoint_every=0",
-    "metrics.progress=false",
-    "learner.lr=2.0e-3",
-    "learner.batch_size=16",
+TASKS = ["click-checkboxes", "click-option", "click-tab-2", "login-user"]
+PUBLISHED = [
+    "learner.lr=1.0e-4",
+    "learner.grad_clip=0.01",
+    "learner.batch_size=32",
+    "learner.grad_accumulation=4",
 ]
 ALGORITHMS = {
-    "filtered_bc": ["learner.algorithm=filtered_bc", "learner.filter=quantile", "learner.updates_per_iteration=24"],
-    "digirl": [
+    "filtered_bc": ["learner.algorithm=filtered_bc", "learner.filter=quantile", "learner.updates_per_iteration=20"],
+    "digirl": ["learner.algorithm=digirl"],
+    "digirl_no_curriculum": ["learner.algorithm=digirl", "learner.digirl.curriculum_quantile=0.0"],
+    "sanity_fbc_equivalent": [
         "learner.algorithm=digirl",
-        "learner.digirl.actor_steps=24",
-        "learner.digirl.instruction_critic_steps=5",
-        "learner.digirl.step_critic_steps=10",
-        "learner.digirl.critic_lr=1.0e-3",
-        "learner.digirl.text_hidden=32",
-        "learner.digirl.image_feature_dim=32",
-        "learner.digirl.validation_fraction=0.0",
+        "learner.digirl.curriculum_quantile=0.0",
+        "learner.digirl.lam=1.0",
     ],
 }
+DIGIRL_SIZES = [  # critics small enough for 2 CPU cores; the published step counts
+    "learner.digirl.instruction_critic_steps=5",
+    "learner.digirl.step_critic_steps=5",
+    "learner.digirl.actor_steps=20",
+    "learner.digirl.text_hidden=32",
+    "learner.digirl.image_feature_dim=32",
+]
+RESULTS = Path(__file__).parent / "results"
 
 
-def run(algorithm: str, seed: int, iterations: int, out: Path, extra: list[str]) -> list[dict]:
-    run_dir = out / f"{algorithm}-seed{seed}"
+def train(run_dir: Path, overrides: list[str]) -> list[dict]:
+    """One run; a run that finished under the same overrides is read back instead of repeated."""
+    done = run_dir / "benchmark-overrides.json"
+    if done.exists() and json.loads(done.read_text()) == overrides:
+        return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     shutil.rmtree(run_dir, ignore_errors=True)
-    args = [
-        sys.executable, "-m", "rlsys.train", "--config", "configs/quickstart.yaml",
-        f"run.output_dir={run_dir}", f"run.seed={seed}", f"run.iterations={iterations}",
-        *COMMON, *ALGORITHMS[algorithm], *extra,
-    ]  # fmt: skip
+    args = [sys.executable, "-m", "rlsys.train", "--config", "configs/quickstart.yaml", f"run.output_dir={run_dir}"]
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
     started = time.perf_counter()
-    subprocess.run(args, check=True, stdout=subprocess.DEVNULL, env={**os.environ, "RAY_AUTH_MODE": "disabled"})
-    print(f"{algorithm} seed {seed}: {time.perf_counter() - started:.0f} s", flush=True)
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    subprocess.run(args + overrides, check=True, stdout=subprocess.DEVNULL, env=env)
+    print(f"{run_dir.name}: {time.perf_counter() - started:.0f} s", flush=True)
+    done.write_text(json.dumps(overrides))
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def common(args) -> list[str]:
     return [
-        {"iteration": r["iteration"], "env_steps": r.get("env_steps", 0), "success": r["eval/success_rate"]}
-        for r in records
-        if "eval/success_rate" in r
+        f"tasks.train=[{','.join(args.tasks)}]",
+        f"env.max_steps={args.max_steps}",
+        f"policy.kind={args.policy}",
+        f"run.rollout_size={args.rollout_size}",
+        f"run.eval_episodes={args.eval_episodes}",
+        "run.checkpoint_every=0",
+        "metrics.progress=false",
+        "metrics.report=true",
+        "ray.dashboard=false",  # several runs may share the machine
+        *PUBLISHED,
+        *args.set,
     ]
 
 
-def summarize(by_seed: dict[int, list[dict]]) -> dict:
-    """Per evaluated iteration: mean success over seeds, each seed's, and mean env steps so far."""
-    at: dict[int, list[dict]] = {}
-    for curve in by_seed.values():
-        for point in curve:
-            at.setdefault(point["iteration"], []).append(point)
-    return {
-        i: {
-            "success_mean": float(np.mean([p["success"] for p in points])),
-            "success_per_seed": [p["success"] for p in points],
-            "env_steps_mean": float(np.mean([p["env_steps"] for p in points])),
-        }
-        for i, points in sorted(at.items())
-    }
+def warm_start(args, out: Path) -> tuple[str, list[dict]]:
+    """The shared start: filtered BC for a few iterations; its last checkpoint's policy."""
+    run_dir = out / "start"
+    records = train(
+        run_dir,
+        common(args)
+        + [
+            "run.seed=1000",
+            f"run.iterations={args.start_iterations}",
+            f"run.eval_every={args.start_iterations}",
+            f"run.checkpoint_every={args.start_iterations}",
+            "learner.algorithm=filtered_bc",
+            f"learner.lr={args.start_lr}",
+            "learner.grad_clip=1.0",
+            "learner.updates_per_iteration=24",
+        ],
+    )
+    last = sorted((run_dir / "checkpoints").iterdir())[-1]
+    return str(last / "policy"), records
+
+
+def arm(args, out: Path, algorithm: str, seed: int, start: str) -> dict:
+    records = train(
+        out / f"{algorithm}-seed{seed}",
+        common(args)
+        + [
+            f"policy.path={start}",
+            f"run.seed={seed}",
+            "run.iterations=1000",
+            f"run.max_env_steps={args.env_steps}",
+            f"run.eval_every={args.eval_every}",
+            "run.eval_at_start=false",  # the start policy's evaluation is the start run's, shared by every arm
+            *ALGORITHMS[algorithm],
+            *(DIGIRL_SIZES if algorithm != "filtered_bc" else []),
+        ],
+    )
+    curve = [
+        {"iteration": r["iteration"], "env_steps": r.get("env_steps", 0), "success": r["eval/success_rate"]}
+        | {k.removeprefix("eval/success_rate/"): v for k, v in r.items() if k.startswith("eval/success_rate/")}
+        for r in records
+        if "eval/success_rate" in r
+    ]
+    curriculum = [
+        {"iteration": r["iteration"]}
+        | {k: v for k, v in r.items() if k.startswith(("digirl/curriculum_kept/", "digirl/p_instr/"))}
+        | {k: r.get(k) for k in ("digirl/curriculum_trajectories", "digirl/actor_transitions", "train/success_rate")}
+        for r in records
+        if "learner/sampled_trajectories" in r
+    ]
+    return {"curve": curve, "curriculum": curriculum}
+
+
+# two-sided 95% quantiles of Student's t for 1..10 degrees of freedom (then the normal's 1.96 is close enough)
+T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228]
+
+
+def interval(values: list[float]) -> dict:
+    """Mean and 95% confidence interval over seeds (t distribution)."""
+    x = np.asarray(values, dtype=float)
+    mean = float(x.mean())
+    t = T975[len(x) - 2] if 2 <= len(x) <= 11 else 1.96
+    half = float(t * x.std(ddof=1) / np.sqrt(len(x))) if len(x) > 1 else float("nan")
+    return {"mean": mean, "ci95": [mean - half, mean + half], "per_seed": x.tolist()}
+
+
+def summarize(runs: dict[int, dict]) -> list[dict]:
+    """Per evaluation point (by index: the same iterations and nearly the same env steps in every seed)."""
+    points = min(len(r["curve"]) for r in runs.values())
+    out = []
+    for i in range(points):
+        at = [r["curve"][i] for r in runs.values()]
+        out.append(
+            {"iteration": at[0]["iteration"], "env_steps_mean": float(np.mean([p["env_steps"] for p in at]))}
+            | interval([p["success"] for p in at])
+        )
+    return out
+
+
+def plot(table: dict[str, list[dict]], path: Path) -> None:
+    width, height, pad = 900, 520, 60
+    image = Image.new("RGB", (width, height), "white")
+    draw = ImageDraw.Draw(image)
+    top = max(p["env_steps_mean"] for rows in table.values() for p in rows) or 1
+    colours = [(31, 119, 180), (214, 39, 40), (44, 160, 44), (148, 103, 189)]
+
+    def xy(steps, rate):
+        return pad + (width - 2 * pad) * steps / top, height - pad - (height - 2 * pad) * rate
+
+    draw.line([xy(0, 0), xy(top, 0)], fill="black")
+    draw.line([xy(0, 0), xy(0, 1)], fill="black")
+    for tick in (0.0, 0.25, 0.5, 0.75, 1.0):
+        x, y = xy(0, tick)
+        draw.text((x - 40, y - 6), f"{tick:.2f}", fill="black")
+        draw.line([xy(0, tick), xy(top, tick)], fill=(230, 230, 230))
+    for k in range(5):
+        x, y = xy(top * k / 4, 0)
+        draw.text((x - 10, y + 6), f"{top * k / 4:.0f}", fill="black")
+    draw.text((width / 2 - 80, height - pad + 24), "training env steps", fill="black")
+    draw.text((pad, 20), "greedy success rate on held-out problems (mean, 95% CI over seeds)", fill="black")
+    for k, (name, rows) in enumerate(table.items()):
+        colour = colours[k % len(colours)]
+        line = [xy(p["env_steps_mean"], p["mean"]) for p in rows]
+        draw.line(line, fill=colour, width=3)
+        for p in rows:
+            low, high = (min(max(v, 0.0), 1.0) for v in p["ci95"])
+            draw.line([xy(p["env_steps_mean"], low), xy(p["env_steps_mean"], high)], fill=colour, width=1)
+        draw.text((width - pad - 200, pad + 18 * k), name, fill=colour)
+    image.save(path)
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--iterations", type=int, default=8)
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     p.add_argument("--algorithms", nargs="+", choices=sorted(ALGORITHMS), default=list(ALGORITHMS))
-    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="extra config overrides for every run")
-    p.add_argument("--tag", default="", help="a name for a variant's results")
+    p.add_argument("--tasks", nargs="+", default=TASKS)
+    p.add_argument("--policy", default="element_pointer")
+    p.add_argument("--max-steps", type=int, default=6)
+    p.add_argument("--rollout-size", type=int, default=32)
+    p.add_argument("--env-steps", type=int, default=800, help="training env steps per run (every arm the same)")
+    p.add_argument("--eval-every", type=int, default=8)
+    p.add_argument("--eval-episodes", type=int, default=100)
+    p.add_argument("--start-iterations", type=int, default=1)
+    p.add_argument("--start-lr", type=float, default=1e-3)
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="extra overrides for every run")
+    p.add_argument("--tag", default="")
     args = p.parse_args()
     suffix = f"-{args.tag}" if args.tag else ""
     out = Path(f"runs/bench-digirl-vs-fbc{suffix}")
-    curves = {a: {s: run(a, s, args.iterations, out, args.set) for s in args.seeds} for a in args.algorithms}
-    table = {algorithm: summarize(by_seed) for algorithm, by_seed in curves.items()}
-    print(f"{'iteration':>9} " + " ".join(f"{a:>28}" for a in table))
-    for i in table[args.algorithms[0]]:
-        cells = [f"{table[a][i]['success_mean']:.3f} ({table[a][i]['env_steps_mean']:.0f} steps)" for a in table]
-        print(f"{i:>9} " + " ".join(f"{c:>28}" for c in cells))
+    start, start_records = warm_start(args, out)
+    start_eval = [r for r in start_records if "eval/success_rate" in r]
+    print(f"start policy: {start_eval[-1]['eval/success_rate']:.3f} greedy success", flush=True)
+    runs = {a: {s: arm(args, out, a, s, start) for s in args.seeds} for a in args.algorithms}
+    start_point = {"iteration": 0, "env_steps_mean": 0.0} | interval([start_eval[-1]["eval/success_rate"]])
+    table = {a: [start_point, *summarize(by_seed)] for a, by_seed in runs.items()}
+    final = {a: interval([r["curve"][-1]["success"] for r in by_seed.values()]) for a, by_seed in runs.items()}
+    for a, f in final.items():
+        f["env_steps_per_seed"] = [r["curve"][-1]["env_steps"] for r in runs[a].values()]
+        print(f"{a:>24} at the budget: {f['mean']:.3f} [{f['ci95'][0]:.3f}, {f['ci95'][1]:.3f}]")
+    for a, rows in table.items():
+        cells = [f"{r['mean']:.3f} [{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}] @{r['env_steps_mean']:.0f}" for r in rows]
+        print(f"{a:>24}: " + "  ".join(cells))
+    name = f"digirl_vs_filteredbc{suffix}"
+    plot(table, RESULTS / f"{name}.png")
     result = {
         "command": "python benchmarks/digirl_vs_filteredbc.py " + " ".join(sys.argv[1:]),
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
-        "seeds": args.seeds,
-        "overrides": args.set,
-        "curves": curves,
+        "settings": vars(args),
+        "start": {"success": start_eval[-1]["eval/success_rate"], "records": start_eval},
+        "at_budget": final,
         "table": table,
+        "runs": {a: {str(s): r for s, r in by_seed.items()} for a, by_seed in runs.items()},
     }
-    (Path(__file__).parent / "results" / f"digirl_vs_filteredbc{suffix}.json").write_text(json.dumps(result, indent=1))
+    (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":

@@ -518,7 +518,7 @@ def load_shards(folder: Path) -> list[Trajectory]:
     if folder.is_dir() and not has_shards(folder):
         raise DataError(f"{folder}: holds no trajectory shards (shard-*.parquet)")
     try:
-        return read_trajectories(folder)
+        return read_trajectories(folder, skip_damaged=True)  # a damaged shard costs a warning, not the rest
     except StorageError as e:
         raise DataError(str(e)) from None
 

@@ -153,7 +153,7 @@ class TrajectoryHistory:
             else:
                 by_shard.setdefault(where, set()).add(i)
         for shard, wanted in by_shard.items():
-            table = pq.read_table(self._spill_path(shard), columns=storage.STORED_SINCE_THE_START)
+            table = storage.read_table(self._spill_path(shard), storage.STORED_SINCE_THE_START)
             mask = pa.compute.is_in(table["trajectory_id"], value_set=pa.array(sorted(wanted)))
             for traj in storage.from_table(table.filter(mask)):
                 found[traj.id] = traj

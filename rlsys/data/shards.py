@@ -6,12 +6,15 @@ What people group by is a plain column: `task_id`, `task_group` (the MiniWoB++ t
 none did, e.g. imported data), `policy_version`, `outcome` and `is_final` (the row holds the final
 observation, what the last action led to, not a step). The rest of the task, the observation extras
 and the step info are JSON strings. Shards written before those columns existed read as before.
-A shard is written to a temporary name and renamed, so a crash never leaves half of one.
+A shard is written to a temporary name and renamed, so a crash never leaves half of one. Every page
+carries Parquet's CRC32 checksum and reading verifies it, so bytes damaged on disk are an error naming
+the shard, never data read back wrong (shards written before checksums existed read unverified).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -22,6 +25,8 @@ import pyarrow.parquet as pq
 import safetensors.numpy
 
 from rlsys.core.types import Observation, Step, Task, Trajectory, task_group
+
+log = logging.getLogger(__name__)
 
 SCHEMA = pa.schema(
     [
@@ -170,16 +175,23 @@ def write_shard(path: Path, trajectories: list[Trajectory], split: str = "train"
     """Write trajectories to one Parquet file atomically; returns its size in bytes."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    pq.write_table(to_table(trajectories, split, iteration), tmp, compression="zstd")
+    pq.write_table(to_table(trajectories, split, iteration), tmp, compression="zstd", write_page_checksum=True)
     os.replace(tmp, path)
     return path.stat().st_size
 
 
-def read_shard(path: Path) -> list[Trajectory]:
+def read_table(path: Path, columns: list[str] | None = None) -> pa.Table:
+    """A shard's columns, every page's checksum verified; StorageError naming the file otherwise."""
     try:
-        table = pq.read_table(path, columns=STORED_SINCE_THE_START)
+        return pq.read_table(path, columns=columns, page_checksum_verification=True)
     except (pa.ArrowInvalid, OSError) as e:
-        raise StorageError(f"{path}: not a readable trajectory shard ({e})") from None
+        damaged = "CRC" in str(e) or "checksum" in str(e).lower()
+        what = "damaged: a page's checksum does not match" if damaged else "not a readable trajectory shard"
+        raise StorageError(f"{path}: {what} ({e})") from None
+
+
+def read_shard(path: Path) -> list[Trajectory]:
+    table = read_table(path, STORED_SINCE_THE_START)
     try:
         return from_table(table)
     except (ValueError, safetensors.SafetensorError) as e:  # JSON or feature bytes that do not decode
@@ -209,8 +221,16 @@ class ShardWriter:
         return path
 
 
-def read_trajectories(folder: str | os.PathLike) -> list[Trajectory]:
+def read_trajectories(folder: str | os.PathLike, skip_damaged: bool = False) -> list[Trajectory]:
+    """The trajectories of one shard or of a folder's shards. `skip_damaged`: a shard that does not read
+    is left out with a warning (where losing one shard is better than failing) instead of raising."""
     folder = Path(folder)
-    if folder.is_file():
-        return read_shard(folder)
-    return [t for p in sorted(folder.glob("shard-*.parquet")) for t in read_shard(p)]
+    out: list[Trajectory] = []
+    for path in [folder] if folder.is_file() else sorted(folder.glob("shard-*.parquet")):
+        try:
+            out += read_shard(path)
+        except StorageError as e:
+            if not skip_damaged:
+                raise
+            log.warning("skipped a shard: %s", e)
+    return out

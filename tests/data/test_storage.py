@@ -122,3 +122,44 @@ def test_shards_written_before_the_grouping_columns_still_read(tmp_path):
     (back,) = read_trajectories(tmp_path)
     assert back.id == trajs[0].id and [s.action_text for s in back.steps] == ["click [0]", "click [0]"]
     assert back.final_observation.screenshot_png == trajs[0].final_observation.screenshot_png
+
+
+def noisy_trajectory(seed: int) -> Trajectory:
+    """Screenshots of noise: zstd stores them nearly verbatim, so zeroed bytes there decode without an error."""
+    traj = trajectory(2, seed=seed)
+    rng = np.random.default_rng(seed)
+    for step in traj.steps:
+        step.observation.screenshot_png = rng.integers(0, 256, 20_000, dtype=np.uint8).tobytes()
+    return traj
+
+
+def zero_inside_the_screenshots(path, n: int = 64) -> None:
+    import pyarrow.parquet as pq
+
+    meta = pq.ParquetFile(path).metadata
+    columns = [meta.row_group(0).column(i) for i in range(meta.num_columns)]
+    (column,) = [c for c in columns if c.path_in_schema == "screenshot_png"]
+    middle = (column.dictionary_page_offset or column.data_page_offset) + column.total_compressed_size // 2
+    data = bytearray(path.read_bytes())
+    data[middle : middle + n] = bytes(n)
+    path.write_bytes(bytes(data))
+
+
+def test_zeroed_bytes_inside_a_shard_are_an_error_naming_it(tmp_path):
+    path = ShardWriter(tmp_path).write([noisy_trajectory(1), noisy_trajectory(2)])
+    zero_inside_the_screenshots(path)
+    with pytest.raises(StorageError, match="shard-000000.parquet: .*checksum"):
+        read_shard(path)
+
+
+def test_reading_a_folder_can_skip_a_damaged_shard_with_a_warning(tmp_path, caplog):
+    writer = ShardWriter(tmp_path)
+    writer.write([noisy_trajectory(1)])
+    damaged = writer.write([noisy_trajectory(2)])
+    writer.write([noisy_trajectory(3)])
+    zero_inside_the_screenshots(damaged)
+    with pytest.raises(StorageError, match="shard-000001.parquet"):
+        read_trajectories(tmp_path)
+    back = read_trajectories(tmp_path, skip_damaged=True)
+    assert [t.task.id for t in back] == ["t1", "t3"]
+    assert any("shard-000001.parquet" in r.getMessage() and "skipped" in r.getMessage() for r in caplog.records)

@@ -43,8 +43,6 @@ import time
 from collections import Counter
 from pathlib import Path
 
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-
 import numpy as np
 import ray
 

@@ -23,7 +23,6 @@ from pathlib import Path
 
 import numpy as np
 
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the test stubs live in tests/
 
 import ray  # noqa: E402

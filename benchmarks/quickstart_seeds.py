@@ -51,7 +51,7 @@ def run_seed(config: str, seed: int, run_dir: Path, overrides: list[str]) -> dic
         sys.executable, "-m", "rlsys.train", "--config", config,
         f"run.output_dir={run_dir}", f"run.seed={seed}", "metrics.progress=false", *overrides,
     ]  # fmt: skip
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
     started = time.perf_counter()
     subprocess.run(args, check=True, stdout=subprocess.DEVNULL, env=env)
     seconds = time.perf_counter() - started

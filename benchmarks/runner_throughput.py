@@ -16,8 +16,6 @@ import platform
 import time
 from pathlib import Path
 
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-
 from rlsys.config import load_config
 from rlsys.envs.tasks import eval_tasks
 from rlsys.policies import build_policy

@@ -11,6 +11,22 @@ from rlsys.config import Config
 # The raylet then kills every process a crashed worker left behind (browsers, emulators):
 # without it, a runner killed with SIGKILL orphans its Chromium.
 SUBREAPER = "RAY_kill_child_processes_on_worker_exit_with_raylet_subreaper"
+# Ray's switch for one-machine Ray (the default on macOS and Windows): the node's IP is loopback.
+ONE_MACHINE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+def bind_to_loopback() -> None:
+    """Make the Ray instance this process starts listen on 127.0.0.1 only.
+
+    Ray binds its GCS, raylet, worker and agent servers to every interface unless the node's IP is
+    loopback, and turns `_node_ip_address="127.0.0.1"` into the machine's outward address. Its
+    one-machine switch keeps the node IP on loopback; it is read when `ray` is imported, so it is set
+    both in the environment (for the processes Ray starts) and in the already imported constant.
+    """
+    os.environ[ONE_MACHINE] = "0"
+    from ray._private import ray_constants
+
+    ray_constants.ENABLE_RAY_CLUSTER = False
 
 
 def init_ray(cfg: Config) -> tuple[bool, str | None]:
@@ -22,6 +38,7 @@ def init_ray(cfg: Config) -> tuple[bool, str | None]:
     if cfg.ray.address:
         ctx = ray.init(address=cfg.ray.address, log_to_driver=False)
     else:
+        bind_to_loopback()
         ctx = ray.init(
             address="local",
             num_cpus=cfg.ray.num_cpus,

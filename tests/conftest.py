@@ -4,7 +4,6 @@ import signal
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pytest
@@ -74,9 +73,10 @@ def stub_api_env(monkeypatch, tmp_path):
 def ray_session():
     import ray
 
-    from rlsys.ray_init import SUBREAPER
+    from rlsys.ray_init import SUBREAPER, bind_to_loopback
 
     os.environ.setdefault(SUBREAPER, "true")
+    bind_to_loopback()
     ray.init(num_cpus=2, resources={"browser": 8, "android": 4}, include_dashboard=False, log_to_driver=False)
     # Ray's driver ignores SIGCHLD (set below Python, so signal.getsignal does not show it): children are
     # reaped by the kernel and every subprocess exit code reads 0. Tests that check exit codes need them.

@@ -63,7 +63,7 @@ def stop(pids: list[int]) -> None:
 
 @pytest.fixture
 def two_nodes():
-    env = dict(os.environ, RAY_AUTH_MODE="disabled")
+    env = dict(os.environ, RAY_AUTH_MODE="token")  # two nodes listen beyond loopback: Ray's token auth is on
     # a lost node is declared dead after ~2 s instead of Ray's default ~30 s
     env |= {"RAY_health_check_period_ms": "500", "RAY_health_check_timeout_ms": "500",
             "RAY_health_check_failure_threshold": "3", "RAY_health_check_initial_delay_ms": "0",

@@ -1,0 +1,62 @@
+"""A local run's Ray listens on 127.0.0.1 only: GCS, raylet, workers, agents, metrics and dashboard.
+
+Each case starts Ray in a child process, as `rlsys.train` does (`init_ray`), runs an actor so that a
+worker's server exists too, and lists the listening TCP sockets of every process in the child's tree.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from rlsys.ray_init import ONE_MACHINE
+
+CHILD = textwrap.dedent(
+    """
+    import json, os, sys
+    import psutil, ray
+    from rlsys.config import load_config
+    from rlsys.ray_init import init_ray
+
+    cfg = load_config(None, data={"ray": {"dashboard": sys.argv[1] == "dashboard", "num_cpus": 1}})
+    init_ray(cfg)
+
+    @ray.remote
+    class Echo:
+        def ping(self):
+            return os.getpid()
+
+    ray.get(Echo.remote().ping.remote(), timeout=120)
+    me = psutil.Process()
+    pids = {me.pid} | {p.pid for p in me.children(recursive=True)}
+    listening = sorted(
+        {c.laddr.ip for c in psutil.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN and c.pid in pids}
+    )
+    print(json.dumps(listening))
+    ray.shutdown()
+    """
+)
+
+
+def _listening_addresses(dashboard: bool) -> list[str]:
+    env = {k: v for k, v in os.environ.items() if k != ONE_MACHINE}  # as a user's shell has it
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, "dashboard" if dashboard else "plain"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("dashboard", [False, True], ids=["no-dashboard", "dashboard"])
+def test_local_ray_listens_on_loopback_only(dashboard):
+    addresses = _listening_addresses(dashboard)
+    assert addresses, "no listening sockets found: the check itself is broken"
+    loopback = {"127.0.0.1", "::ffff:127.0.0.1", "::1"}
+    assert set(addresses) <= loopback, f"Ray listens beyond loopback: {addresses}"

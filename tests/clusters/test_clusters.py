@@ -203,6 +203,21 @@ def test_dashboard_is_bound_to_localhost(cluster):
     assert "0.0.0.0" not in path.read_text()
 
 
+def test_every_node_starts_with_token_authentication(cluster):
+    """Cluster nodes listen on their network address: each starts with Ray's token auth on (a missing
+    token then stops `ray start` instead of generating one the other nodes do not hold), and the
+    token the user generated is copied to every node."""
+    path, raw, cfg = cluster
+    starts = [
+        c for key in ("head_start_ray_commands", "worker_start_ray_commands") for c in raw[key] if "ray start" in c
+    ]
+    assert len(starts) == 2
+    for command in starts:
+        assert re.search(r"RAY_AUTH_MODE=token\s+ray start", command), command
+    assert raw["file_mounts"].get("~/.ray/auth_token") == "~/.ray/auth_token"
+    assert "RAY_AUTH_MODE=disabled" not in path.read_text()
+
+
 def test_no_secrets_or_local_paths(cluster):
     path, raw, cfg = cluster
     text = path.read_text()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import sys
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -113,20 +114,38 @@ class Trajectory:
         return min((s.policy_version for s in self.steps), default=-1)
 
     def nbytes(self) -> int:
-        """Approximate in-memory size, dominated by the compressed screenshots."""
-        observations = [s.observation for s in self.steps] + [self.final_observation] * bool(self.final_observation)
-        return (
-            512
-            + sum(len(s.action_text) + 128 for s in self.steps)
-            + sum(
-                len(o.screenshot_png) + len(o.ui_text) + sum(f.nbytes for f in o.features.values()) + 128
-                for o in observations
-            )
-        )
+        """What this trajectory holds in memory: every object it reaches (screenshots, element lists,
+        grammars, infos, the task), each counted once, with Python's own object overheads."""
+        return deep_size(self)
 
     def next_observation(self, index: int) -> Observation | None:
         """s' of step `index`: the next step's observation, or the final one after the last step."""
         return self.steps[index + 1].observation if index + 1 < len(self.steps) else self.final_observation
+
+
+def deep_size(obj: object) -> int:
+    """Bytes of `obj` and of everything it references (dataclass fields, containers, arrays), each object once."""
+    seen: set[int] = set()
+    total = 0
+    stack = [obj]
+    while stack:
+        o = stack.pop()
+        if id(o) in seen:
+            continue
+        seen.add(id(o))
+        if isinstance(o, np.ndarray):
+            total += sys.getsizeof(o) + (0 if o.base is None else o.nbytes)
+            continue
+        total += sys.getsizeof(o)
+        if isinstance(o, dict):
+            stack.extend(o.keys())
+            stack.extend(o.values())
+        elif isinstance(o, list | tuple | set | frozenset):
+            stack.extend(o)
+        elif hasattr(o, "__dict__"):
+            total += sys.getsizeof(o.__dict__)
+            stack.extend(o.__dict__.values())
+    return total
 
 
 # Whether a text is an action of an env's action space: the parse error, or None for a valid action

@@ -1,7 +1,9 @@
+import numpy as np
 import pytest
 import ray
 
 from rlsys.actors.replay import ReplayBufferActor
+from rlsys.core.types import Observation, Step, Task, Trajectory
 from rlsys.data.replay import ReplayBuffer
 from tests.data.test_storage import trajectory
 
@@ -103,3 +105,41 @@ def test_offline_data_is_never_stale():
     assert sorted(t.policy_version for t in kept) == [-1, -1, -1, -1, 4, 5]
     assert buf.stats()["dropped_stale"] == 4
     assert sorted(buf.summaries(min_version=4).versions.tolist()) == [-1, -1, -1, -1, 4, 5]
+
+
+def web_like_trajectory(seed: int, steps: int = 5, elements: int = 40) -> Trajectory:
+    """Shaped like a web episode: PNG bytes, an element list, ui text, action history and infos."""
+    rng = np.random.default_rng(seed)
+    task = Task(id=f"t{seed}", instruction=f"Select item {seed} and submit", suite="miniwob", start="click-option")
+    out = []
+    for i in range(steps):
+        listed = [
+            {"tag": "button", "text": f"Item {seed}-{i}-{k}", "box": [k * 10, 20, k * 10 + 40, 40], "role": "button"}
+            for k in range(elements)
+        ]
+        ui_text = "\n".join(f'[{k}]: <button> "{e["text"]}";' for k, e in enumerate(listed))
+        extras = {"elements": listed, "history": [f"Click [{j}]" for j in range(i)], "feedback": "", "settled": True}
+        obs = Observation(rng.bytes(20_000), ui_text, "http://127.0.0.1/page", task.instruction, extras)
+        out.append(Step(obs, f"Click [{i}]", {"kind": "click", "index": i}, 0.0, False, 0, -0.5, {"env_s": 0.1}))
+    return Trajectory(task, out, "failure")
+
+
+def test_nbytes_counts_what_a_trajectory_holds_in_memory():
+    """replay.max_bytes bounds what the buffer really holds: element lists, infos and Python's object
+    overheads count, not only the screenshots (those alone undercount a web episode several times)."""
+    import tracemalloc
+
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    held = [web_like_trajectory(seed) for seed in range(20)]
+    allocated = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    counted = sum(t.nbytes() for t in held)
+    assert 0.8 * allocated <= counted <= 1.25 * allocated, (counted, allocated)
+
+
+def test_a_huge_instruction_counts():
+    traj = trajectory(1, seed=0)
+    small = traj.nbytes()
+    traj.task.instruction = "x" * 5_000_000
+    assert traj.nbytes() >= small + 5_000_000

@@ -7,6 +7,7 @@ last screen), so the curves come with the episodes behind them.
 from __future__ import annotations
 
 import json
+import logging
 import math
 from pathlib import Path
 
@@ -14,6 +15,8 @@ from tqdm import tqdm
 
 from rlsys.config import Config
 from rlsys.core.types import task_group
+
+log = logging.getLogger(__name__)
 
 
 class MetricsLogger:
@@ -114,8 +117,20 @@ def judge_costs(trajectories: list, prefix: str) -> dict:
 
 
 def read_metrics(run_dir: Path) -> list[dict]:
+    """The records of metrics.jsonl; a line that does not parse (torn by a crash mid-write) is skipped with a
+    warning."""
     path = Path(run_dir) / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    records = []
+    for number, line in enumerate(path.read_text().splitlines() if path.exists() else [], start=1):
+        try:
+            record = json.loads(line) if line.strip() else None
+        except ValueError:
+            record = False
+        if isinstance(record, dict):
+            records.append(record)
+        elif record is not None:
+            log.warning("%s: line %d is not a JSON record (torn by a crash mid-write?) and was skipped", path, number)
+    return records
 
 
 def eval_table(records: list[dict]) -> str | None:

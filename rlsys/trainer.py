@@ -54,15 +54,19 @@ class Trainer:
         self.collector = Collector(cfg, self.buffer, self.weight_store, self.run_dir, self.tasks)
         self.hooks = hooks_for(cfg)
         self.report = RunReport(self.run_dir) if cfg.metrics.report else None
-        if resume and checkpoint.latest(self.run_dir) is not None:
-            self._restore()
-        else:
-            if resume:
-                log.warning("no complete checkpoint in %s; starting from scratch", self.run_dir)
-            if cfg.run.training != "online":
-                self._load_offline_data()
-        self.learners.publish()
-        self.version = ray.get(self.weight_store.get_version.remote(), timeout=60)
+        try:  # a checkpoint that does not load (or Ctrl-C meanwhile) leaves no actor behind
+            if resume and checkpoint.latest(self.run_dir) is not None:
+                self._restore()
+            else:
+                if resume:
+                    log.warning("no complete checkpoint in %s; starting from scratch", self.run_dir)
+                if cfg.run.training != "online":
+                    self._load_offline_data()
+            self.learners.publish()
+            self.version = ray.get(self.weight_store.get_version.remote(), timeout=60)
+        except BaseException:
+            self.shutdown()
+            raise
         self._pending_update: list[ray.ObjectRef] | None = None
 
     def run(self) -> list[dict]:
@@ -215,7 +219,13 @@ class Trainer:
         self.collector.counters["offline_trajectories"] = kept
 
     def _restore(self) -> None:
-        found = checkpoint.latest(self.run_dir)
+        """Load the newest intact checkpoint; newer ones with a missing or damaged file are named and passed over."""
+        found, damaged = checkpoint.newest_intact(self.run_dir)
+        if found is None:
+            reasons = "; ".join(reason for _, reason in damaged)
+            raise checkpoint.CheckpointError(f"no intact checkpoint in {self.run_dir}: {reasons}")
+        for folder, reason in damaged:
+            log.warning("checkpoint %s is damaged and passed over: %s; resuming from %s", folder.name, reason, found)
         state = checkpoint.read_json(found / "state.json")
         files = checkpoint.read_files(found / "policy", "policy")
         files["learner.pt"] = (found / "learner.pt").read_bytes()

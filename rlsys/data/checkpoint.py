@@ -1,16 +1,29 @@
 """Atomic checkpoints: written to a hidden folder, then renamed into place.
 
 A folder named by its iteration number is therefore always complete; `latest()` ignores
-anything else, such as the leftovers of a crash in the middle of writing one.
+anything else, such as the leftovers of a crash in the middle of writing one. Each checkpoint lists
+the sha256 of its files in `manifest.json`, so a file damaged or lost afterwards (a full disk, a torn
+copy) is found before anything is loaded: `newest_intact()` names it and passes over that checkpoint.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
+
+import pyarrow.parquet as pq
+
+MANIFEST = "manifest.json"
+REQUIRED = ("state.json", "learner.pt", "replay.parquet")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint file is missing or damaged; the message names it."""
 
 
 def checkpoint_root(run_dir: Path) -> Path:
@@ -38,6 +51,7 @@ def write(run_dir: Path, iteration: int, fill: Callable[[Path], None], keep: int
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     fill(tmp)
+    write_manifest(tmp)
     if final.exists():  # the same iteration saved again after a resume
         shutil.rmtree(final)
     os.rename(tmp, final)
@@ -69,3 +83,69 @@ def write_json(path: Path, data: dict) -> None:
 
 def read_json(path: Path) -> dict:
     return json.loads(path.read_text())
+
+
+# ---------------------------------------------------------------- integrity
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def write_manifest(folder: Path) -> None:
+    files = sorted(p for p in folder.rglob("*") if p.is_file())
+    write_json(folder / MANIFEST, {"sha256": {p.relative_to(folder).as_posix(): sha256(p) for p in files}})
+
+
+def verify(folder: Path) -> None:
+    """Raise CheckpointError naming the first file of `folder` that is missing or damaged. Checkpoints
+    written before manifests existed get structural checks instead (JSON parses, zip and Parquet read)."""
+    for name in REQUIRED:
+        if not (folder / name).is_file():
+            raise CheckpointError(f"{folder / name}: missing")
+    if not any(p.is_file() for p in (folder / "policy").rglob("*")):
+        raise CheckpointError(f"{folder / 'policy'}: the policy weights are missing")
+    if (folder / MANIFEST).exists():
+        try:
+            listed = read_json(folder / MANIFEST)["sha256"]
+        except (ValueError, KeyError, TypeError) as e:
+            raise CheckpointError(f"{folder / MANIFEST}: unreadable ({e})") from None
+        for name, digest in listed.items():
+            path = folder / name
+            if not path.is_file():
+                raise CheckpointError(f"{path}: missing")
+            if sha256(path) != digest:
+                raise CheckpointError(f"{path}: damaged (its sha256 differs from the one recorded when it was written)")
+        return
+    _check_structure(folder)
+
+
+def _check_structure(folder: Path) -> None:
+    path = folder / "state.json"
+    try:
+        read_json(path)["iteration"]
+        path = folder / "learner.pt"  # torch.save writes a zip archive; testzip checks every member's CRC
+        with zipfile.ZipFile(path) as archive:
+            if archive.testzip() is not None:
+                raise zipfile.BadZipFile("a member's CRC does not match")
+        for path in folder.glob("*.parquet"):
+            pq.read_metadata(path)
+    except (ValueError, KeyError, TypeError, OSError, zipfile.BadZipFile) as e:
+        raise CheckpointError(f"{path}: damaged ({type(e).__name__}: {e})") from None
+
+
+def newest_intact(run_dir: Path) -> tuple[Path | None, list[tuple[Path, str]]]:
+    """The newest checkpoint that passes `verify`, and the newer ones that did not with the reason."""
+    damaged = []
+    for folder in reversed(complete_checkpoints(run_dir)):
+        try:
+            verify(folder)
+        except CheckpointError as e:
+            damaged.append((folder, str(e)))
+            continue
+        return folder, damaged
+    return None, damaged

@@ -1,0 +1,99 @@
+"""Runs whose files or stores were damaged: resume falls back to the newest intact checkpoint and skips a torn
+metrics line, saying so; a store actor that dies is named, not blamed on the learner."""
+
+import logging
+import re
+import shutil
+import threading
+import time
+
+import pytest
+import ray
+
+from rlsys.data import checkpoint
+from rlsys.metrics import read_metrics
+from rlsys.trainer import Trainer
+from tests.driver.test_fault_tolerance import sim_config
+
+SIM = {"step_median_s": 0.05, "step_sigma": 0.0, "success_prob": 0.4}
+
+
+def small(tmp_path, **overrides):
+    return sim_config(tmp_path, step_s=0.05, max_steps=3, runners__num=2, env__sim=SIM, **overrides)
+
+
+def test_torn_metrics_lines_are_skipped_with_a_warning(tmp_path, caplog):
+    (tmp_path / "metrics.jsonl").write_text('{"iteration": 1}\n{"iteration": 2}\n{"itera')  # killed mid-write
+    assert read_metrics(tmp_path) == [{"iteration": 1}, {"iteration": 2}]
+    assert any("metrics.jsonl" in r.getMessage() and "line 3" in r.getMessage() for r in caplog.records)
+
+
+def test_resume_passes_over_a_damaged_newest_checkpoint_and_a_torn_metrics_line(ray_session, tmp_path, caplog):
+    cfg = small(tmp_path, run__iterations=3)
+    trainer = Trainer(cfg, cfg.output_dir)
+    try:
+        trainer.run()
+    finally:
+        trainer.shutdown()
+    run_dir = cfg.output_dir
+    newest = checkpoint.latest(run_dir)
+    assert newest.name == "000003"
+    learner_pt = newest / "learner.pt"
+    learner_pt.write_bytes(learner_pt.read_bytes()[:1000])  # a disk that filled up while it was copied
+    metrics = (run_dir / "metrics.jsonl").read_text()
+    (run_dir / "metrics.jsonl").write_text(metrics[: len(metrics) - 40])  # the last line torn
+
+    caplog.set_level(logging.WARNING)
+    resumed = Trainer(cfg, run_dir, resume=True)
+    try:
+        assert resumed.iteration == 2  # from 000002, the newest intact one
+        records = resumed.run()
+    finally:
+        resumed.shutdown()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert any(str(learner_pt) in w and "000002" in w for w in warnings), warnings  # names the file and the fallback
+    assert any("metrics.jsonl" in w for w in warnings), warnings
+    assert [r["iteration"] for r in records] == [1, 2, 3]
+    assert checkpoint.newest_intact(run_dir) == (run_dir / "checkpoints" / "000003", [])  # written again, whole
+
+
+def test_resume_with_no_intact_checkpoint_names_every_damaged_file(ray_session, tmp_path):
+    cfg = small(tmp_path, run__iterations=1)
+    trainer = Trainer(cfg, cfg.output_dir)
+    try:
+        trainer.run()
+    finally:
+        trainer.shutdown()
+    state = checkpoint.latest(cfg.output_dir) / "state.json"
+    state.unlink()
+    with pytest.raises(checkpoint.CheckpointError, match=re.escape(str(state))):
+        Trainer(cfg, cfg.output_dir, resume=True).shutdown()
+    shutil.rmtree(cfg.output_dir)
+
+
+@pytest.mark.parametrize("store", ["replay-buffer", "weight-store"])
+def test_a_store_that_dies_is_named(ray_session, tmp_path, store):
+    cfg = small(tmp_path, run__iterations=6)
+    trainer = Trainer(cfg, cfg.output_dir)
+    failure = {}
+
+    def train():
+        try:
+            trainer.run()
+        except Exception as e:  # noqa: BLE001 - the test looks at whatever ended the run
+            failure["error"] = e
+
+    thread = threading.Thread(target=train)
+    try:
+        thread.start()
+        while not read_metrics(cfg.output_dir) and thread.is_alive():
+            time.sleep(0.05)
+        ray.kill(ray.get_actor(store), no_restart=True)
+        thread.join(timeout=180)
+        assert not thread.is_alive(), "the run did not end after its store died"
+    finally:
+        trainer.shutdown()
+    message = str(failure["error"])
+    assert message.startswith(f"the {store} actor died"), message
+    assert "learner-0 died" not in message
+    assert f"python -m rlsys.train --resume {cfg.output_dir}" in message

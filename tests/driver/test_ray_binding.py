@@ -16,13 +16,21 @@ from rlsys.ray_init import ONE_MACHINE
 
 CHILD = textwrap.dedent(
     """
-    import json, os, sys
+    import json, os, sys, urllib.error, urllib.request
     import psutil, ray
     from rlsys.config import load_config
     from rlsys.ray_init import init_ray
 
     cfg = load_config(None, data={"ray": {"dashboard": sys.argv[1] == "dashboard", "num_cpus": 1}})
-    init_ray(cfg)
+    _, dashboard = init_ray(cfg)
+    status = None
+    if dashboard:  # a script that is not the driver posts a job: Ray's token auth must refuse it
+        body = json.dumps({"entrypoint": "echo pwned"}).encode()
+        request = urllib.request.Request(f"http://{dashboard}/api/jobs/", data=body, method="POST")
+        try:
+            status = urllib.request.urlopen(request, timeout=30).status
+        except urllib.error.HTTPError as e:
+            status = e.code
 
     @ray.remote
     class Echo:
@@ -35,13 +43,13 @@ CHILD = textwrap.dedent(
     listening = sorted(
         {c.laddr.ip for c in psutil.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN and c.pid in pids}
     )
-    print(json.dumps(listening))
+    print(json.dumps({"listening": listening, "job_post_status": status}))
     ray.shutdown()
     """
 )
 
 
-def _listening_addresses(dashboard: bool) -> list[str]:
+def _start_and_probe(dashboard: bool) -> dict:
     env = {k: v for k, v in os.environ.items() if k != ONE_MACHINE}  # as a user's shell has it
     out = subprocess.run(
         [sys.executable, "-c", CHILD, "dashboard" if dashboard else "plain"],
@@ -56,7 +64,12 @@ def _listening_addresses(dashboard: bool) -> list[str]:
 
 @pytest.mark.parametrize("dashboard", [False, True], ids=["no-dashboard", "dashboard"])
 def test_local_ray_listens_on_loopback_only(dashboard):
-    addresses = _listening_addresses(dashboard)
+    addresses = _start_and_probe(dashboard)["listening"]
     assert addresses, "no listening sockets found: the check itself is broken"
     loopback = {"127.0.0.1", "::ffff:127.0.0.1", "::1"}
     assert set(addresses) <= loopback, f"Ray listens beyond loopback: {addresses}"
+
+
+def test_dashboard_refuses_a_job_without_the_token():
+    """Ray's token auth stays on for local runs: a job posted without the token is refused."""
+    assert _start_and_probe(dashboard=True)["job_post_status"] == 401

@@ -17,18 +17,35 @@ from selenium.webdriver.chrome.service import Service
 
 from rlsys.core.env import EnvSetupError
 
-# Without the background-networking flags Chromium keeps dialing out on every start; on a
-# machine with no network that costs time and floods the logs.
+# Chromium starts with no traffic of its own: no update, account, sync, translation, safe browsing,
+# metrics, hints or media-router requests (a recording proxy sees nothing but what the task loads; see
+# tests/envs/web/test_confinement.py). Without these it dials out at every start.
 CHROMIUM_FLAGS = (
     "--headless=new",
     "--no-sandbox",
     "--disable-gpu",
     "--disable-dev-shm-usage",
     "--no-first-run",
+    "--no-default-browser-check",
+    "--no-pings",
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
+    "--disable-default-apps",
     "--disable-extensions",
+    "--disable-client-side-phishing-detection",
+    "--disable-domain-reliability",
+    "--disable-breakpad",
+    "--disable-crash-reporter",
+    "--disable-field-trial-config",
+    "--disable-search-engine-choice-screen",
+    "--metrics-recording-only",
+    "--safebrowsing-disable-auto-update",
+    "--password-store=basic",
+    "--use-mock-keychain",
+    "--disable-features=OptimizationHints,OptimizationGuideModelDownloading,OptimizationHintsFetching,"
+    "MediaRouter,DialMediaRouteProvider,Translate,AutofillServerCommunication,CertificateTransparencyComponentUpdater,"
+    "InterestFeedContentSuggestions,PrivacySandboxSettings4,NetworkTimeServiceQuerying,SpareRendererForSitePerProcess",
     "--disable-quic",
     "--mute-audio",
     # pages in background tabs keep their timers running at full speed
@@ -36,6 +53,27 @@ CHROMIUM_FLAGS = (
     "--disable-renderer-backgrounding",
     "--disable-backgrounding-occluded-windows",
 )
+# The only variables chromedriver and Chromium get: no API key or token of the caller's reaches them.
+# (The display ones matter only with env.headless false.)
+ENV_KEPT = (
+    "PATH",
+    "HOME",
+    "LANG",
+    "LC_ALL",
+    "TZ",
+    "TMPDIR",
+    "DISPLAY",
+    "WAYLAND_DISPLAY",
+    "XAUTHORITY",
+    "XDG_RUNTIME_DIR",
+    "FONTCONFIG_PATH",
+    "FONTCONFIG_FILE",
+)
+
+
+def browser_environment() -> dict[str, str]:
+    return {name: os.environ[name] for name in ENV_KEPT if name in os.environ}
+
 
 # Runs in every document before the page's own scripts: counts the page's fetch/XHR requests
 # in flight, so that waiting for a page to settle can include its network activity; answers the
@@ -46,13 +84,23 @@ _PAGE_INIT_SCRIPT = (Path(__file__).parent / "page_init.js").read_text()
 class Browser:
     """One Chromium process and its chromedriver; `pids()` lists both so they can be watched.
 
-    The viewport is exactly `viewport` pixels (the window is larger by its frame), downloads go
-    to a private folder, and a JS dialog that the init script did not answer in the page is
-    accepted by the driver, which reports its text with the next command
-    (`UnexpectedAlertPresentException.alert_text`).
+    With `proxy` (host:port) every request, loopback included, goes through that proxy (confinement.py);
+    nothing bypasses it and no UDP goes around it (WebRTC). The viewport is exactly `viewport` pixels (the
+    window is larger by its frame), downloads go to a private folder, and a JS dialog that the init script
+    did not answer in the page is accepted by the driver, which reports its text with the next command
+    (`UnexpectedAlertPresentException.alert_text`). Chromium and chromedriver get only the variables in
+    ENV_KEPT of the caller's environment.
     """
 
-    def __init__(self, chromium: str, chromedriver: str, viewport: list[int], headless: bool, timeout_s: float):
+    def __init__(
+        self,
+        chromium: str,
+        chromedriver: str,
+        viewport: list[int],
+        headless: bool,
+        timeout_s: float,
+        proxy: str | None = None,
+    ):
         for name, path in (("env.chromium", chromium), ("env.chromedriver", chromedriver)):
             if not (os.path.isfile(path) and os.access(path, os.X_OK)):
                 raise EnvSetupError(
@@ -69,6 +117,10 @@ class Browser:
             options.add_argument(flag)
         options.add_argument(f"--user-data-dir={self._profile}")
         options.add_argument(f"--window-size={self.viewport[0]},{self.viewport[1] + 200}")
+        if proxy:
+            options.add_argument(f"--proxy-server=http://{proxy}")
+            options.add_argument("--proxy-bypass-list=<-loopback>")  # 127.0.0.1 and localhost go through it too
+            options.add_argument("--force-webrtc-ip-handling-policy=disable_non_proxied_udp")
         options.set_capability("unhandledPromptBehavior", "accept and notify")
         options.add_experimental_option(
             "prefs",
@@ -76,10 +128,21 @@ class Browser:
                 "download.default_directory": str(self.downloads),
                 "download.prompt_for_download": False,
                 "plugins.always_open_pdf_externally": True,  # a PDF becomes a download we can see
+                "net.network_prediction_options": 2,  # no DNS prefetching or preconnecting on its own
+                "webrtc.ip_handling_policy": "disable_non_proxied_udp",
+                "search.suggest_enabled": False,
+                "translate.enabled": False,
+                "safebrowsing.enabled": False,
+                "default_search_provider.enabled": False,  # no preconnect to a search engine at start
+                "signin.allowed": False,  # no account requests
+                "signin.allowed_on_next_startup": False,
+                "browser.enable_spellchecking": False,
             },
         )
         try:
-            self.driver = webdriver.Chrome(service=Service(executable_path=chromedriver), options=options)
+            self.driver = webdriver.Chrome(
+                service=Service(executable_path=chromedriver, env=browser_environment()), options=options
+            )
         except WebDriverException as e:
             shutil.rmtree(self._profile, ignore_errors=True)
             raise EnvSetupError(f"Chromium failed to start: {e.msg}") from None

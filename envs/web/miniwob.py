@@ -21,6 +21,7 @@ from rlsys.config import EnvConfig
 from rlsys.core.env import EnvBrokenError, EnvSetupError
 from rlsys.core.evaluator import Verdict
 from rlsys.core.types import Observation, Task
+from rlsys.envs.web.confinement import Policy
 from rlsys.envs.web.webenv import BROKEN, WebEnv
 
 
@@ -76,6 +77,7 @@ class MiniWoBEnv(WebEnv):
         self.task = task
         self._steps = 0
         self._history.clear()
+        self._confine(path.as_uri(), Policy())  # file:// pages only: the proxy refuses every request
         try:
             self._open(path.as_uri())
             seed = task.meta.get("seed")

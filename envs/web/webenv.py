@@ -1,5 +1,9 @@
 """A web env for any site: set-of-marks observations, pluggable action spaces, waiting by page
-events instead of sleeps, and guards (domain allowlist, dialogs, new tabs, downloads, PDFs).
+events instead of sleeps, and guards (web confinement by origin, dialogs, new tabs, downloads, PDFs).
+
+Every request of the browser goes through the env's filtering proxy and is allowed or refused by origin
+before it is sent (confinement.py); the page's URL is also checked before every action and after going
+back, and the refusals since the last observation are in each step's info["blocked_requests"].
 
 One browser serves every episode; cookies, storage and cache are cleared between episodes and
 the browser is only relaunched (by the runner, on EnvBrokenError) when it breaks.
@@ -12,7 +16,7 @@ import time
 from collections import deque
 from functools import cache
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import unquote
 
 from selenium.common.exceptions import TimeoutException, UnexpectedAlertPresentException, WebDriverException
 from urllib3.exceptions import HTTPError
@@ -22,6 +26,7 @@ from rlsys.core.env import EnvBrokenError, EnvSetupError
 from rlsys.core.types import Observation, StepResult, Task
 from rlsys.envs.web import spaces
 from rlsys.envs.web.browser import Browser
+from rlsys.envs.web.confinement import ConfinementProxy, Policy, browser_split, origin_of, parse_origin
 from rlsys.envs.web.marks import draw_marks
 from rlsys.envs.web.spaces import TERMINAL, WebAction
 from rlsys.envs.web.webarena import evaluate
@@ -43,20 +48,33 @@ def _observe_script(page_state: str) -> str:
     return (here / "elements.js").read_text() + "\n" + observe
 
 
-def host_allowed(url: str, allowed: set[str], start_scheme: str) -> bool:
-    """http(s) pages must be on an allowed host or its subdomains; other schemes only when the
-    task itself starts on that scheme (a local file suite); about:blank always."""
+def page_allowed(url: str, policy: Policy, start: str, schemes: frozenset[str] = frozenset()) -> bool:
+    """Whether a page may be on `url`, read as the browser reads it: an http(s) origin the policy allows;
+    a file:// page beneath the folder of a task that starts on one; a scheme that `env.allowed_origins`
+    names (`scheme:`); about:blank always."""
     if url == "about:blank":
         return True
-    parts = urlsplit(url)
-    if parts.scheme in ("http", "https"):
-        host = (parts.hostname or "").lower()
-        return any(host == d or host.endswith("." + d) for d in allowed)
-    return parts.scheme == start_scheme and parts.scheme not in ("javascript", "data", "chrome")
+    scheme = browser_split(url).scheme.lower()
+    if scheme in ("http", "https"):
+        return policy.allows_url(url)
+    if scheme == "file" and start.startswith("file://"):
+        folder = unquote(browser_split(start).path).rsplit("/", 1)[0] + "/"
+        path = unquote(browser_split(url).path)
+        return path.startswith(folder) and "/../" not in path and not path.endswith("/..")
+    return scheme in schemes
 
 
-def _host(url: str) -> str:
-    return (urlsplit(url).hostname or "").lower()
+def episode_policy(cfg: EnvConfig, start: str) -> Policy:
+    """The origins one episode may reach: the task's start, the search engine, env.allowed_origins and
+    env.allowed_domains (see confinement.py). An empty or unparseable start or search engine adds nothing."""
+    origins = {o for url in (start, cfg.search_engine) if url and (o := origin_of(url)) is not None}
+    origins |= {parse_origin(text) for text in cfg.allowed_origins if not _is_scheme_entry(text)}
+    domains = tuple(d.lower() for d in cfg.allowed_domains if d and d.strip("."))
+    return Policy(frozenset(origins), domains, public=cfg.allow_all_domains)
+
+
+def _is_scheme_entry(text: str) -> bool:
+    return text.endswith(":") and "/" not in text
 
 
 class WebEnv:
@@ -75,7 +93,19 @@ class WebEnv:
         self.env_id = env_id
         self.space = spaces.get(cfg.action_space)
         self.fuzzy_judge = fuzzy_judge
-        self.browser = Browser(cfg.chromium, cfg.chromedriver, cfg.viewport, cfg.headless, cfg.step_timeout_s)
+        try:
+            episode_policy(cfg, "")
+        except ValueError as e:
+            raise EnvSetupError(f"env.allowed_origins: {e}") from None
+        self._schemes = frozenset(t[:-1].lower() for t in cfg.allowed_origins if _is_scheme_entry(t))
+        self.proxy = ConfinementProxy()
+        try:
+            self.browser = Browser(
+                cfg.chromium, cfg.chromedriver, cfg.viewport, cfg.headless, cfg.step_timeout_s, self.proxy.address
+            )
+        except BaseException:
+            self.proxy.close()
+            raise
         self.area: tuple[int, int, int, int] = (0, 0, *self.browser.viewport)
         self.scale = 1
         self.task: Task | None = None
@@ -84,7 +114,8 @@ class WebEnv:
         self._elements: list[dict] = []
         self._history: deque[dict] = deque(maxlen=max(cfg.history, 0))
         self._steps = 0
-        self._allowed: set[str] = set()
+        self._policy = Policy()
+        self._start_url = "about:blank"  # where the env falls back to, after the last allowed URL
         self._last_allowed_url = "about:blank"
         self._downloads: dict[str, int] = {}
         self.episodes_since_instance_reset = 0
@@ -114,10 +145,7 @@ class WebEnv:
         self.task = task
         self._steps = 0
         self._history.clear()
-        start_host = _host(task.start)
-        self._allowed = {d.lower() for d in self.cfg.allowed_domains} | {_host(self.cfg.search_engine)}
-        if start_host:
-            self._allowed.add(start_host)
+        self._confine(task.start, episode_policy(self.cfg, task.start))
         self._keep_one_tab(self.driver.current_window_handle)
         self._end_pending_load({})  # the last episode's page may have started one since
         # leave the last page before clearing, so that nothing it still runs writes into the next episode;
@@ -127,7 +155,15 @@ class WebEnv:
         for path in self.browser.downloads.iterdir():
             path.unlink(missing_ok=True)
         self._downloads = {}
+        self.proxy.drain()  # what the last episode's page asked for on its way out
         self.episodes_since_instance_reset += 1
+
+    def _confine(self, start: str, policy: Policy) -> None:
+        """Begin an episode's confinement: its policy in the proxy before anything of it loads, and nothing
+        remembered of the last episode's pages."""
+        self.proxy.policy = self._policy = policy
+        self._start_url = start
+        self._last_allowed_url = "about:blank"
 
     def step(self, action_text: str) -> StepResult:
         self._steps += 1
@@ -137,12 +173,19 @@ class WebEnv:
         try:
             with self.browser.page_loads_cut_at(self.cfg.settle_timeout_s):
                 if action is not None and action.kind not in TERMINAL:
-                    self._end_pending_load(events)
-                    info["action_error"] = self._navigate(lambda: self._perform(action, events), events)
+                    url = self._end_pending_load(events)
+                    if url is not None and not self._may_visit(url):  # it went there while the policy thought
+                        events.setdefault("blocked", []).append(url)
+                        info["action_error"] = f"the page went to {url}, which is not allowed; nothing was done"
+                    else:
+                        info["action_error"] = self._navigate(lambda: self._perform(action, events), events)
                 obs, page_state = self._observe(events, feedback=parse_error or info.get("action_error"))
         except BROKEN as e:
             raise EnvBrokenError(f"browser failed during step: {type(e).__name__}: {e}") from None
         info.update(events)
+        info["blocked_requests"], dropped = self.proxy.drain()
+        if dropped:
+            info["blocked_requests_dropped"] = dropped
         self._history.append(
             {"step": self._steps, "action": action_text[:200], "url": self.url, "error": obs.extras["feedback"]}
         )
@@ -228,7 +271,7 @@ class WebEnv:
         return left + fraction[0] * width, top + fraction[1] * height
 
     def _may_visit(self, url: str) -> bool:
-        return self.cfg.allow_all_domains or host_allowed(url, self._allowed, urlsplit(self.task.start).scheme)
+        return page_allowed(url, self._policy, self._start_url, self._schemes)
 
     def _navigate(self, call, events: dict):
         """Make a WebDriver call that may start a page load (an action, a `get`). During a step
@@ -242,10 +285,11 @@ class WebEnv:
             events["stopped_loading"] = True
             return None
 
-    def _end_pending_load(self, events: dict) -> None:
+    def _end_pending_load(self, events: dict) -> str | None:
         """Let a load that the page started on its own since the last observation (a timer, a redirect)
-        finish, or have it stopped: a command that waits on it and runs into the timeout is not carried out."""
-        self._navigate(lambda: self.driver.current_url, events)
+        finish, or have it stopped: a command that waits on it and runs into the timeout is not carried out.
+        The tab's URL then, or None where the load had to be stopped."""
+        return self._navigate(lambda: self.driver.current_url, events)
 
     def _with_dialogs(self, call, events: dict):
         """Run a WebDriver call; a JS dialog in the way is accepted (by the driver) and its text
@@ -273,10 +317,8 @@ class WebEnv:
         if self._follow_or_close_new_tabs(page["opened"], events):
             page = self._settle_and_read(events)
         if not self._may_visit(page["url"]):
-            events.setdefault("blocked", []).append(page["url"])
             feedback = feedback or f"navigation to {page['url']} is not allowed; went back"
-            self._navigate(lambda: self.driver.get(self._last_allowed_url), events)
-            page = self._settle_and_read(events)
+            page = self._go_back_somewhere_allowed(page, events)
         self._last_allowed_url = self.url = page["url"]
         self._check_downloads(page, events)
         if not feedback and events.get("dialogs"):
@@ -299,6 +341,16 @@ class WebEnv:
             extras["grammar"] = built.to_dict()
         obs = Observation(png, self._ui_text(), self.url, self._instruction(), extras)
         return obs, page["extra"]
+
+    def _go_back_somewhere_allowed(self, page: dict, events: dict) -> dict:
+        """Leave a page that is not allowed for the last allowed URL, else the task's start, else about:blank;
+        each is checked again once there (a site may redirect the second time)."""
+        for url in dict.fromkeys((self._last_allowed_url, self._start_url, "about:blank")):
+            if not self._may_visit(page["url"]):
+                events.setdefault("blocked", []).append(page["url"])
+                self._navigate(lambda url=url: self.driver.get(url), events)
+                page = self._settle_and_read(events)
+        return page
 
     def _whole_viewport(self) -> bool:
         return self.area == (0, 0, *self.browser.viewport) and self.scale == 1
@@ -440,7 +492,10 @@ class WebEnv:
         return {"ok": ok, "seconds": round(time.monotonic() - t0, 3), "detail": detail}
 
     def close(self) -> None:
-        self.browser.close()
+        try:
+            self.browser.close()
+        finally:
+            self.proxy.close()
 
 
 def render_pae(index: int, element: dict) -> str:

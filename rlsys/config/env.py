@@ -72,8 +72,14 @@ class EnvConfig:
     # (`[i] textbox "Search" value "json"`, `[i] checkbox "Remember me" checked`)
     element_list: Literal["pae", "roles"] = "pae"
     # safety (web)
-    allowed_domains: list[str] = field(default_factory=list)  # besides the task's start host
-    allow_all_domains: bool = False
+    # web confinement (envs/web/confinement.py): every request is allowed or refused by origin before it is
+    # sent. Besides the task's start origin and the search engine's: these hosts and their subdomains on the
+    # default ports 80/443 (names that resolve to public addresses only)...
+    allowed_domains: list[str] = field(default_factory=list)
+    # ...these exact origins, `scheme://host[:port]`, on any address (a local service, link-local included),
+    # and `scheme:` entries for pages of another scheme than http(s)
+    allowed_origins: list[str] = field(default_factory=list)
+    allow_all_domains: bool = False  # any host whose addresses are all public; still never a local service
     new_tabs: Literal["follow", "close"] = "follow"
     download_max_mb: float = 20.0
     # cookies and storage are cleared between episodes; the HTTP cache (no session in it) only if this is set

@@ -118,7 +118,12 @@ def env(tmp_path_factory, pages):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(browser, "CHROMIUM_FLAGS", (*browser.CHROMIUM_FLAGS, f"--host-resolver-rules={rules}"))
         env = WebEnv(
-            web_config(tmp_path_factory.mktemp("robust"), action_space="pae", settle_timeout_s=SETTLE_TIMEOUT_S)
+            web_config(
+                tmp_path_factory.mktemp("robust"),
+                action_space="pae",
+                settle_timeout_s=SETTLE_TIMEOUT_S,
+                allowed_origins=[f"http://127.0.0.1:{Handler.other_port}"],  # the "Other origin" form posts there
+            )
         )
     yield env
     env.close()

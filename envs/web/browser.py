@@ -17,9 +17,10 @@ from selenium.webdriver.chrome.service import Service
 
 from rlsys.core.env import EnvSetupError
 
-# Chromium starts with no traffic of its own: no update, account, sync, translation, safe browsing,
-# metrics, hints or media-router requests (a recording proxy sees nothing but what the task loads; see
-# tests/envs/web/test_confinement.py). Without these it dials out at every start.
+# Chromium's background services off: no time, optimization-guide, translation, safe browsing, metrics,
+# sync or media-router requests. Three start-up requests survive every flag and preference tried (an
+# on-demand component's update check, Google's account list, the default search engine's page); the env's
+# proxy refuses them (tests/envs/web/test_confinement.py records what a start sends).
 CHROMIUM_FLAGS = (
     "--headless=new",
     "--no-sandbox",
@@ -133,8 +134,8 @@ class Browser:
                 "search.suggest_enabled": False,
                 "translate.enabled": False,
                 "safebrowsing.enabled": False,
-                "default_search_provider.enabled": False,  # no preconnect to a search engine at start
-                "signin.allowed": False,  # no account requests
+                "default_search_provider.enabled": False,
+                "signin.allowed": False,
                 "signin.allowed_on_next_startup": False,
                 "browser.enable_spellchecking": False,
             },

@@ -15,8 +15,9 @@ from typing import Any, Literal, Union
 import yaml
 
 from rlsys.config.checks import check_consistency
-from rlsys.config.errors import ConfigError
+from rlsys.config.errors import ConfigError, shown
 from rlsys.config.schema import Config
+from rlsys.config.yaml_load import load_yaml
 
 _ENV_REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}")
 _SECRET_WORDS = {"key", "token", "secret", "password", "passwd", "credential", "credentials"}
@@ -62,7 +63,7 @@ def read_yaml_with_extends(path: str | os.PathLike, _seen: tuple = ()) -> dict:
     if path.resolve() in _seen:
         raise ConfigError(f"config `extends` cycle through {path}")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = load_yaml(path.read_text(), str(path)) or {}
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from None
     if not isinstance(data, dict):
@@ -91,7 +92,7 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
             raise ConfigError(f"override {item!r} must look like key.path=value")
         key, raw = item.split("=", 1)
         try:
-            value = yaml.safe_load(raw) if raw != "" else ""
+            value = load_yaml(raw, f"override {key.strip()!r}") if raw != "" else ""
         except yaml.YAMLError:
             value = raw
         node = data
@@ -195,7 +196,7 @@ def _coerce(tp: Any, value: Any, path: str) -> Any:
 
 
 def _type_error(path: str, tp: Any, value: Any) -> ConfigError:
-    return ConfigError(f"config key {path!r} must be {_type_name(tp)}, got {value!r} ({type(value).__name__})")
+    return ConfigError(f"config key {path!r} must be {_type_name(tp)}, got {shown(value)} ({type(value).__name__})")
 
 
 def resolve_env(value: str, path: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
 from pathlib import Path
 
@@ -41,10 +42,28 @@ def load_suite(cfg: TasksConfig, split: str) -> list[Task]:
     if is_aitw(cfg.suite):
         from rlsys.envs.android.tasks import load_aitw_file
 
-        return load_aitw_file(path, cfg.suite, split)
-    from rlsys.envs.web.task_files import load_task_file
+        tasks = load_aitw_file(path, cfg.suite, split)
+    else:
+        from rlsys.envs.web.task_files import load_task_file
 
-    return load_task_file(path, split=split, url_map=cfg.url_map, suite=cfg.suite)
+        tasks = load_task_file(path, split=split, url_map=cfg.url_map, suite=cfg.suite)
+    for task in tasks:
+        check_task_size(task, path)
+    return tasks
+
+
+# bytes (UTF-8) a task's fields may take: a task is shown to the policy and stored with every trajectory
+MAX_TASK_FIELDS = {"instruction": 4096, "id": 1024, "start": 4096, "checks": 65536, "meta": 65536}
+
+
+def check_task_size(task: Task, source: str) -> None:
+    for name, limit in MAX_TASK_FIELDS.items():
+        value = getattr(task, name)
+        size = len((value if isinstance(value, str) else json.dumps(value, default=str)).encode())
+        if size > limit:
+            raise ConfigError(
+                f"{source}: task {task.id[:100]!r}: {name} is {size} bytes, more than the {limit} a task may hold"
+            )
 
 
 def is_aitw(suite: str) -> bool:

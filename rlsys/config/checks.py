@@ -5,13 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from rlsys.config.bounds import check_bounds
 from rlsys.config.errors import ConfigError
 from rlsys.config.evaluator import EvaluatorConfig
+from rlsys.config.run_dir import check_run_name
 from rlsys.config.schema import Config
 
 
 def check_consistency(cfg: Config) -> None:
-    """Rules that span sections."""
+    """Rules that span sections, and the numbers no run can use."""
+    check_bounds(cfg)
+    check_run_name(cfg.run.name)
     android_spaces = ("autoui", "cogagent")
     if (cfg.env.kind == "android") != (cfg.env.action_space in android_spaces):
         wanted = "autoui or cogagent" if cfg.env.kind == "android" else "element, pae or coords"

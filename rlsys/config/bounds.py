@@ -1,0 +1,82 @@
+"""The numbers no run can use: a count of zero that would spin or learn nothing, a negative size, a timeout that
+never waits. Each is a config error naming the key, before Ray starts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlsys.config.errors import ConfigError
+
+# key: (lowest allowed, whether the lowest itself is allowed); a key set to null is not checked
+AT_LEAST_1 = (1, True)
+AT_LEAST_0 = (0, True)
+ABOVE_0 = (0, False)
+BOUNDS: dict[str, tuple[float, bool]] = {
+    "run.iterations": AT_LEAST_0,
+    "run.max_env_steps": AT_LEAST_1,
+    "run.rollout_size": AT_LEAST_1,
+    "run.eval_every": AT_LEAST_0,
+    "run.eval_episodes": AT_LEAST_0,
+    "run.checkpoint_every": AT_LEAST_0,
+    "run.keep_checkpoints": AT_LEAST_1,
+    "run.episode_timeout_s": ABOVE_0,
+    "ray.num_cpus": AT_LEAST_1,
+    "runners.num": AT_LEAST_1,
+    "runners.num_cpus": AT_LEAST_0,
+    "runners.max_restarts": AT_LEAST_0,
+    "runners.restart_backoff_s": AT_LEAST_0,
+    "runners.restart_backoff_max_s": AT_LEAST_0,
+    "runners.health_interval_s": ABOVE_0,
+    "runners.health_timeout_s": AT_LEAST_0,
+    "runners.start_warning_s": AT_LEAST_0,
+    "replay.capacity": AT_LEAST_1,
+    "replay.max_bytes": AT_LEAST_1,
+    "env.max_steps": AT_LEAST_1,
+    "env.history": AT_LEAST_0,
+    "env.step_timeout_s": ABOVE_0,
+    "env.settle_quiet_ms": AT_LEAST_0,
+    "env.settle_timeout_s": AT_LEAST_0,
+    "env.wait_action_s": AT_LEAST_0,
+    "env.max_elements": AT_LEAST_1,
+    "env.download_max_mb": AT_LEAST_0,
+    "env.instance_reset_every": AT_LEAST_0,
+    "env.instance_reset_timeout_s": ABOVE_0,
+    "env.episode_time_limit_s": ABOVE_0,
+    "env.max_tabs": AT_LEAST_1,
+    "env.task_area_scale": AT_LEAST_1,
+    "policy.d_model": AT_LEAST_1,
+    "policy.d_ff": AT_LEAST_1,
+    "policy.num_layers": AT_LEAST_1,
+    "policy.num_heads": AT_LEAST_1,
+    "policy.image_size": AT_LEAST_1,
+    "policy.temperature": AT_LEAST_0,
+    "policy.max_new_tokens": AT_LEAST_1,
+    "policy.max_prompt_tokens": AT_LEAST_1,
+    "learner.lr": ABOVE_0,
+    "learner.updates_per_iteration": AT_LEAST_0,
+    "learner.sample_trajectories": AT_LEAST_1,
+    "learner.grad_clip": ABOVE_0,
+    "learner.group_timeout_s": ABOVE_0,
+    "learner.num_cpus": AT_LEAST_0,
+}
+PORTS = ("ray.dashboard_port", "env.android.first_console_port", "env.android.adb_server_port")
+
+
+def check_bounds(cfg: Any) -> None:
+    for key, (low, inclusive) in BOUNDS.items():
+        value = _get(cfg, key)
+        if value is None or value > low or (inclusive and value == low):
+            continue
+        wanted = f"at least {low}" if inclusive else f"above {low}"
+        raise ConfigError(f"{key} must be {wanted}, got {value}")
+    for key in PORTS:
+        port = _get(cfg, key)
+        if not 0 < port < 65536:
+            raise ConfigError(f"{key} must be a TCP port (1 to 65535), got {port}")
+
+
+def _get(cfg: Any, dotted: str) -> Any:
+    node = cfg
+    for part in dotted.split("."):
+        node = getattr(node, part)
+    return node

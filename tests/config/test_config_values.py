@@ -1,0 +1,67 @@
+"""Values no run can use are config errors naming the key, before anything starts."""
+
+import json
+
+import pytest
+
+from rlsys.config import ConfigError, load_config
+from rlsys.config.errors import MAX_MESSAGE
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        "runners.num=0",
+        "replay.capacity=-1",
+        "replay.max_bytes=0",
+        "run.rollout_size=0",
+        "env.max_steps=0",
+        "run.keep_checkpoints=0",
+        "run.episode_timeout_s=0",
+        "run.iterations=-1",
+        "run.max_env_steps=0",
+        "env.step_timeout_s=-1",
+        "env.history=-1",
+        "learner.updates_per_iteration=-1",
+        "learner.lr=0",
+        "policy.d_model=0",
+        "policy.max_new_tokens=0",
+        "ray.dashboard_port=70000",
+    ],
+)
+def test_nonsensical_numbers_are_config_errors_naming_the_key(override):
+    key = override.split("=")[0]
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        load_config(None, [override])
+
+
+def test_sensible_edge_values_still_load():
+    cfg = load_config(None, ["run.eval_every=0", "run.checkpoint_every=0", "run.iterations=0", "runners.num_cpus=0"])
+    assert cfg.run.iterations == 0
+
+
+@pytest.mark.parametrize("name", ["../../x", "a/b", "..", ".", "", "  ", "a\\b"])
+def test_run_names_are_plain_names(name):
+    with pytest.raises(ConfigError, match="run.name"):
+        load_config(None, [f"run.name={name}"])
+
+
+def test_plain_run_names_load():
+    assert load_config(None, ["run.name=my-run_2.v1"]).run.name == "my-run_2.v1"
+
+
+def test_a_task_longer_than_the_limit_names_the_file_and_task(tmp_path):
+    from rlsys.envs.tasks import check_tasks
+    from tests.conftest import make_config
+
+    rows = [
+        {"web_name": "Site", "id": "Site--0", "ques": "find the price", "web": "https://example.org"},
+        {"web_name": "Site", "id": "Site--1", "ques": "y" * 50_000, "web": "https://example.org"},
+    ]
+    path = tmp_path / "tasks.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tasks = make_config(tmp_path, env__kind="web", tasks__suite="webvoyager", tasks__file=str(path)).tasks
+    with pytest.raises(ConfigError) as e:
+        check_tasks(tasks, "web")
+    assert "tasks.jsonl" in str(e.value) and "Site--1" in str(e.value) and "instruction" in str(e.value)
+    assert len(str(e.value)) <= MAX_MESSAGE

@@ -11,9 +11,10 @@ import logging
 import math
 from pathlib import Path
 
+import yaml
 from tqdm import tqdm
 
-from rlsys.config import Config
+from rlsys.config import Config, redacted_dict
 from rlsys.core.types import task_group
 
 log = logging.getLogger(__name__)
@@ -21,6 +22,8 @@ log = logging.getLogger(__name__)
 
 class MetricsLogger:
     def __init__(self, cfg: Config, run_dir: Path, config_for_logging: dict, total: int, start: int = 0):
+        """wandb gets the run folder's config.yaml, as stored (`${env:…}` references kept, secrets redacted);
+        `config_for_logging`, redacted again, only where the folder has none (a Trainer built in code)."""
         self.path = Path(run_dir) / "metrics.jsonl"
         self._file = self.path.open("a")
         self._bar = tqdm(total=total, initial=start, desc=cfg.run.name, unit="it", disable=not cfg.metrics.progress)
@@ -33,7 +36,7 @@ class MetricsLogger:
                 name=cfg.run.name,
                 mode=cfg.metrics.wandb_mode,
                 dir=str(run_dir),
-                config=config_for_logging,
+                config=stored_config(Path(run_dir), config_for_logging),
                 resume="allow",
                 settings=wandb.Settings(api_key=cfg.metrics.wandb_api_key) if cfg.metrics.wandb_api_key else None,
             )
@@ -65,6 +68,12 @@ class MetricsLogger:
         self._file.close()
         if self._wandb is not None:
             self._wandb.finish()
+
+
+def stored_config(run_dir: Path, fallback: dict) -> dict:
+    path = run_dir / "config.yaml"
+    stored = yaml.safe_load(path.read_text()) if path.is_file() else None
+    return redacted_dict(stored if isinstance(stored, dict) else fallback)
 
 
 WANDB_EPISODES = 16  # evaluation episodes per wandb table

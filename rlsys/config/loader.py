@@ -209,20 +209,36 @@ def resolve_env(value: str, path: str) -> str:
     return _ENV_REF.sub(sub, value)
 
 
+# keys whose names look secret but hold where a secret is, not the secret
+NOT_SECRET = {"env.android.console_token_file"}
+
+
 def redacted_dict(raw: dict, _path: str = "") -> dict:
-    """The config as a mapping fit to write to disk: `${env:…}` references stay references,
-    and literal values under secret-looking names are replaced."""
-    out = {}
-    for k, v in raw.items():
-        if isinstance(v, dict):
-            out[k] = redacted_dict(v, f"{_path}{k}.")
-        elif isinstance(v, str) and _ENV_REF.search(v):
-            out[k] = v
-        elif v is not None and is_secret_name(k):
-            out[k] = REDACTED
-        else:
-            out[k] = v
-    return out
+    """The config as a mapping fit to store (config.yaml, wandb, the report): `${env:…}` references stay
+    references, and literal values under secret-looking names are replaced, in mappings and lists at any depth."""
+    return {k: _redacted(v, f"{_path}{k}", str(k)) for k, v in raw.items()}
+
+
+def _redacted(value: Any, path: str, name: str) -> Any:
+    if isinstance(value, dict):
+        return redacted_dict(value, f"{path}.")
+    secret = is_secret_name(name) and path not in NOT_SECRET
+    if isinstance(value, list):
+        return [_redacted(v, f"{path}[{i}]", name if secret else "") for i, v in enumerate(value)]
+    if isinstance(value, str) and _ENV_REF.search(value):
+        return value
+    return REDACTED if secret and value is not None else value
+
+
+def literal_secrets(overrides: list[str]) -> list[str]:
+    """The keys of `key=value` overrides that set a secret-looking key to a literal value, not `${env:…}`."""
+    keys = []
+    for item in overrides:
+        key, _, value = item.partition("=")
+        key = key.strip()
+        if is_secret_name(key.split(".")[-1]) and key not in NOT_SECRET and value and not _ENV_REF.search(value):
+            keys.append(key)
+    return keys
 
 
 def unresolved_dict(path: str | os.PathLike | None, overrides: list[str] = (), data: dict | None = None) -> dict:
@@ -235,19 +251,35 @@ def to_dict(cfg: Config) -> dict:
     return dataclasses.asdict(cfg)
 
 
+def stored_dict(raw: dict, cfg: Config) -> dict:
+    """The config as it is stored: every key (defaults filled in), `${env:…}` references as written in `raw`
+    (in lists too), literal secrets redacted."""
+    return redacted_dict(deep_merge(to_dict(cfg), _only_env_refs(raw)))
+
+
 def save_config(raw: dict, cfg: Config, dest: Path) -> None:
-    """Write the fully resolved config (defaults filled in) with secrets redacted."""
-    full = deep_merge(to_dict(cfg), _only_env_refs(raw))
-    dest.write_text(yaml.safe_dump(redacted_dict(full), sort_keys=False))
+    """Write the stored form of the config (`stored_dict`)."""
+    dest.write_text(yaml.safe_dump(stored_dict(raw, cfg), sort_keys=False))
 
 
 def _only_env_refs(raw: dict) -> dict:
+    """The parts of `raw` holding `${env:…}` references: strings, and whole lists with one anywhere inside."""
     out = {}
     for k, v in raw.items():
         if isinstance(v, dict):
             sub = _only_env_refs(v)
             if sub:
                 out[k] = sub
-        elif isinstance(v, str) and _ENV_REF.search(v):
+        elif _has_env_ref(v):
             out[k] = v
     return out
+
+
+def _has_env_ref(value: Any) -> bool:
+    if isinstance(value, str):
+        return bool(_ENV_REF.search(value))
+    if isinstance(value, dict):
+        return any(_has_env_ref(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_env_ref(v) for v in value)
+    return False

@@ -70,8 +70,9 @@ class Collector:
 
     def end_iteration(self, iteration: int, elapsed_s: float) -> dict:
         """Write this iteration's training trajectories and summarise them."""
-        trajs, self.trajectories = self.trajectories, []
+        trajs = self.trajectories
         self.writer.write(trajs, iteration)
+        self.trajectories = []  # after the write: an interrupted write leaves them to save_unwritten
         trainable = [t for t in trajs if t.trainable]
 
         def mean(values):

@@ -1,0 +1,88 @@
+"""Ctrl-C and SIGTERM sent to a real `python -m rlsys.train`: the first keeps the finished episodes, stops cleanly
+and says how to resume; a second exits at once."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pyarrow.parquet as pq
+import yaml
+
+from rlsys.config import to_dict
+from rlsys.metrics import read_metrics
+from tests.driver.test_fault_tolerance import sim_config
+
+SIM = {"reset_median_s": 0.05, "step_median_s": 0.25, "step_sigma": 0.0, "success_prob": 0.4}
+
+
+def start(tmp_path, args, name):
+    log = open(tmp_path / f"{name}.log", "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlsys.train", *args],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own process group, as a terminal's foreground job is
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    return proc, tmp_path / f"{name}.log"
+
+
+def config_file(tmp_path, iterations):
+    cfg = sim_config(tmp_path, step_s=0.25, max_steps=3, runners__num=2, env__sim=SIM, run__iterations=iterations,
+                     run__rollout_size=16)  # fmt: skip
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(to_dict(cfg)))
+    return cfg, path
+
+
+def wait_for(condition, proc, log, timeout=300):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert proc.poll() is None, log.read_text()
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.2)
+
+
+def shard_iterations(run_dir) -> list[int]:
+    """The iteration of every trajectory in the run's training shards."""
+    out = []
+    for shard in sorted((run_dir / "trajectories").glob("shard-*.parquet")):
+        table = pq.read_table(shard, columns=["trajectory_id", "iteration"])
+        out += table.group_by("trajectory_id").aggregate([("iteration", "max")])["iteration_max"].to_pylist()
+    return out
+
+
+def test_ctrl_c_keeps_the_finished_episodes_stops_cleanly_and_resumes(tmp_path):
+    cfg, path = config_file(tmp_path, iterations=3)
+    run_dir = cfg.output_dir
+    proc, log = start(tmp_path, ["--config", str(path)], "first")
+    wait_for(lambda: (run_dir / "checkpoints" / "000001").exists(), proc, log)
+    time.sleep(3)  # some episodes of iteration 2 finished, not all 16
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+    assert proc.wait(timeout=120) == 130, log.read_text()
+    out = log.read_text()
+    assert "Traceback" not in out, out
+    assert f"python -m rlsys.train --resume {run_dir}" in out, out
+    done = len(read_metrics(run_dir))
+    kept = [i for i in shard_iterations(run_dir) if i == done + 1]
+    assert 0 < len(kept) < 16, (done, shard_iterations(run_dir), out)  # the finished episodes of the cut iteration
+
+    proc, log = start(tmp_path, ["--resume", str(run_dir)], "second")
+    assert proc.wait(timeout=400) == 0, log.read_text()
+    assert [r["iteration"] for r in read_metrics(run_dir)] == [1, 2, 3]
+
+
+def test_sigterm_stops_and_a_second_one_exits_at_once(tmp_path):
+    cfg, path = config_file(tmp_path, iterations=50)
+    proc, log = start(tmp_path, ["--config", str(path)], "run")
+    wait_for(lambda: read_metrics(cfg.output_dir), proc, log)
+    os.kill(proc.pid, signal.SIGTERM)
+    wait_for(lambda: "SIGTERM" in log.read_text(), proc, log, timeout=30)
+    os.kill(proc.pid, signal.SIGTERM)
+    sent = time.monotonic()
+    assert proc.wait(timeout=60) == 128 + signal.SIGTERM, log.read_text()
+    assert time.monotonic() - sent < 5
+    out = log.read_text()
+    assert "Traceback" not in out and "exiting now" in out, out

@@ -12,13 +12,13 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from rlsys.config import Config
-from rlsys.core.failures import headline
+from rlsys.core.failures import RunFailed, headline
 from rlsys.learners.learner import RemoteLearner
 
 log = logging.getLogger(__name__)
 
 
-class LearnerFailed(RuntimeError):
+class LearnerFailed(RunFailed):
     """A learner process died or hung; the run cannot go on without it."""
 
 

@@ -18,17 +18,20 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import time
 from collections import Counter
 from pathlib import Path
 
 import ray
+from ray.exceptions import GetTimeoutError, RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from rlsys.actors.replay import ReplayBufferActor
 from rlsys.actors.weight_store import WeightStore
 from rlsys.collection import Collector
 from rlsys.config import Config, redacted_dict, to_dict
+from rlsys.core.failures import RunFailed
 from rlsys.data import checkpoint
 from rlsys.data.shards import read_trajectories
 from rlsys.envs.tasks import TaskSource
@@ -75,9 +78,25 @@ class Trainer:
         )
         try:
             self._loop(logger)
-        except LearnerFailed as e:
+        except Exception as e:
+            # a dead store fails whatever used it (an update, a sample, a runner's pull): name the store
+            dead = dead_store({"replay-buffer": self.buffer, "weight-store": self.weight_store})
+            if dead is None and not isinstance(e, LearnerFailed):
+                raise
             self.collector.save_unwritten(self.iteration + 1)  # what was collected since the last update is kept
-            raise LearnerFailed(f"{e}\n{self._resume_hint()}") from e
+            if dead is not None:
+                raise RunFailed(f"the {dead} actor died; the run cannot go on without it\n{self.resume_hint()}") from e
+            raise LearnerFailed(f"{e}\n{self.resume_hint()}") from e
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM (rlsys.interrupt): keep what finished
+            kept = len(self.collector.trajectories)
+            self.collector.save_unwritten(self.iteration + 1)
+            print(
+                f"the {kept} finished episodes of iteration {self.iteration + 1} were written to "
+                f"{self.run_dir / 'trajectories'}; episodes in flight are lost",
+                file=sys.stderr,
+                flush=True,
+            )
+            raise
         finally:
             logger.close()
         written = self._write_report()
@@ -203,7 +222,7 @@ class Trainer:
 
         return checkpoint.write(self.run_dir, self.iteration, fill, self.cfg.run.keep_checkpoints)
 
-    def _resume_hint(self) -> str:
+    def resume_hint(self) -> str:
         found = checkpoint.latest(self.run_dir)
         if found is None:
             return f"The run stopped at iteration {self.iteration} with no checkpoint written (run.checkpoint_every)."
@@ -258,3 +277,13 @@ def start_stores(cfg: Config, run_dir: Path) -> tuple:
         cfg.replay.capacity, cfg.replay.max_bytes, cfg.run.seed, str(run_dir / "replay")
     )
     return buffer, weight_store
+
+
+def dead_store(stores: dict) -> str | None:
+    """The name of the first store actor in `stores` (name -> handle) that is dead or does not answer."""
+    for name, actor in stores.items():
+        try:
+            ray.get(actor.__ray_ready__.remote(), timeout=10)
+        except (RayActorError, GetTimeoutError):
+            return name
+    return None

@@ -1,0 +1,115 @@
+"""What `python -m rlsys.train` writes before Ray starts: run folders stay inside runs/, a folder that is not a
+run is never overwritten, a resume checks its config first and never rewrites config.yaml, and a literal secret
+on the command line is redacted with a warning. Training itself is replaced by a recorder: these are the checks
+that come before it."""
+
+import pytest
+import yaml
+
+import rlsys.train
+from rlsys.config import REDACTED, config_path
+from rlsys.train import main
+
+
+@pytest.fixture
+def trained(monkeypatch):
+    """The (config, run folder, resume) each `main` call would have trained with."""
+    calls = []
+
+    def record(cfg, run_dir, resume):
+        calls.append((cfg, run_dir, resume))
+        return 0
+
+    monkeypatch.setattr(rlsys.train, "train", record)
+    return calls
+
+
+def write(path, data):
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def test_a_path_like_run_name_writes_nothing_outside_runs(tmp_path, monkeypatch, capsys, trained):
+    work = tmp_path / "a" / "b"
+    work.mkdir(parents=True)
+    victim = tmp_path / "x"
+    victim.mkdir()
+    (victim / "config.yaml").write_text("mine: true\n")
+    monkeypatch.chdir(work)
+    assert main(["--config", "quickstart", "run.name=../../x"]) == 2
+    assert "config error: run.name must be a plain folder name" in capsys.readouterr().err
+    assert (victim / "config.yaml").read_text() == "mine: true\n" and not trained
+
+
+def test_a_folder_that_is_not_a_run_is_refused(tmp_path, capsys, trained):
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    (folder / "cat.jpg").write_bytes(b"\xff\xd8")
+    assert main(["--config", "quickstart", f"run.output_dir={folder}"]) == 2
+    assert f"{folder} is not empty and is not an rlsys run" in capsys.readouterr().err
+    assert sorted(p.name for p in folder.iterdir()) == ["cat.jpg"] and not trained
+    # an empty folder, or a run that never reached a checkpoint, is fine
+    assert main(["--config", "quickstart", f"run.output_dir={tmp_path / 'empty'}"]) == 0
+    assert main(["--config", "quickstart", f"run.output_dir={tmp_path / 'empty'}", "run.seed=3"]) == 0
+    assert len(trained) == 2
+
+
+@pytest.fixture
+def run(tmp_path, trained):
+    """A run folder as a first `main` leaves it."""
+    folder = tmp_path / "run"
+    assert main(["--config", "quickstart", f"run.output_dir={folder}", "policy.d_model=32"]) == 0
+    trained.clear()
+    return folder
+
+
+def test_resume_with_another_model_is_refused_and_keeps_the_config(run, tmp_path, capsys, trained):
+    saved = (run / "config.yaml").read_text()
+    other = write(tmp_path / "other.yaml", {"extends": str(config_path("quickstart")), "learner": {"algorithm": "sft"}})
+    assert main(["--resume", str(run), "--config", other, "policy.d_model=64", "policy.num_layers=3"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("config error:") and "learner.algorithm" in err and "policy.d_model" in err, err
+    assert "policy.num_layers" in err and (run / "config.yaml").read_text() == saved and not trained
+
+
+def test_resume_validates_before_anything_is_written(run, tmp_path, capsys, trained):
+    saved = (run / "config.yaml").read_text()
+    broken = write(tmp_path / "broken.yaml", {"runners": {"num": 0}})
+    assert main(["--resume", str(run), "--config", broken]) == 2
+    assert "runners.num" in capsys.readouterr().err
+    assert (run / "config.yaml").read_text() == saved and not trained
+
+
+def test_resume_applies_safe_overrides_without_rewriting_the_config(run, capsys, trained):
+    saved = (run / "config.yaml").read_text()
+    assert main(["--resume", str(run), "run.iterations=7"]) == 0
+    ((cfg, run_dir, resume),) = trained
+    assert cfg.run.iterations == 7 and resume and run_dir == run
+    assert "run.iterations" in capsys.readouterr().out
+    assert (run / "config.yaml").read_text() == saved
+
+
+def test_resume_of_a_folder_that_is_not_a_run(tmp_path, capsys, trained):
+    (tmp_path / "nothing").mkdir()
+    assert main(["--resume", str(tmp_path / "nothing"), "--config", "quickstart"]) == 2
+    assert "not an rlsys run" in capsys.readouterr().err and not trained
+
+
+def test_a_literal_secret_on_the_command_line_is_redacted_with_a_warning(tmp_path, monkeypatch, capsys, trained):
+    monkeypatch.setenv("RLSYS_TEST_EMULATOR_SECRET", "in-a-list")
+    folder = tmp_path / "run"
+    args = [
+        "--config",
+        "quickstart",
+        f"run.output_dir={folder}",
+        "metrics.wandb_api_key=sk-typed-on-the-command-line",
+        "env.android.emulator_args=[-x, '${env:RLSYS_TEST_EMULATOR_SECRET}']",
+    ]
+    assert main(args) == 0
+    assert "warning: metrics.wandb_api_key" in capsys.readouterr().err
+    text = (folder / "config.yaml").read_text()
+    assert "sk-typed" not in text and "in-a-list" not in text
+    saved = yaml.safe_load(text)
+    assert saved["metrics"]["wandb_api_key"] == REDACTED
+    assert saved["env"]["android"]["emulator_args"] == ["-x", "${env:RLSYS_TEST_EMULATOR_SECRET}"]
+    assert saved["env"]["android"]["console_token_file"] == "~/.emulator_console_auth_token"

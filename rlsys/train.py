@@ -67,30 +67,52 @@ def main(argv=None) -> int:
         run_dir.mkdir(parents=True, exist_ok=True)
         save_config(raw, cfg, run_dir / "config.yaml")
 
+    return train(cfg, run_dir, resume=bool(args.resume))
+
+
+def train(cfg: Config, run_dir, resume: bool) -> int:
+    """Start Ray, run the trainer and shut everything down however the run ends. Exit code 0: done; 1: a part
+    the run needs failed, or no checkpoint is intact; 128 + the signal: stopped by Ctrl-C or SIGTERM, what
+    finished kept (a second signal exits at once)."""
     import ray
 
-    from rlsys.learners.group import LearnerFailed
+    from rlsys.core.failures import RunFailed
+    from rlsys.data.checkpoint import CheckpointError
+    from rlsys.interrupt import Interrupted, first_signal_stops
     from rlsys.metrics import eval_table
     from rlsys.ray_init import init_ray
     from rlsys.trainer import Trainer
 
-    started_ray, dashboard = init_ray(cfg)
-    print(f"run folder: {run_dir}", flush=True)
-    if dashboard:
-        print(f"Ray dashboard: http://{dashboard}", flush=True)
-    trainer = Trainer(cfg, run_dir, resume=bool(args.resume))
-    try:
-        table = eval_table(trainer.run())
-        if table:
-            print("\n" + table, flush=True)
-    except LearnerFailed as e:
-        print(f"learner failure: {e}", file=sys.stderr, flush=True)
-        return 1
-    finally:
-        trainer.shutdown()
-        if started_ray:
-            ray.shutdown()
-    return 0
+    started_ray, trainer = False, None
+    with first_signal_stops() as stopping:
+        try:
+            started_ray, dashboard = init_ray(cfg)
+            stopping.install()
+            print(f"run folder: {run_dir}", flush=True)
+            if dashboard:
+                print(f"Ray dashboard: http://{dashboard}", flush=True)
+            trainer = Trainer(cfg, run_dir, resume=resume)
+            table = eval_table(trainer.run())
+            if table:
+                print("\n" + table, flush=True)
+            return 0
+        except RunFailed as e:
+            print(f"run failed: {e}", file=sys.stderr, flush=True)
+            return 1
+        except CheckpointError as e:
+            print(f"cannot resume: {e}", file=sys.stderr, flush=True)
+            return 1
+        except Interrupted as e:
+            hint = trainer.resume_hint() if trainer else f"Continue with: python -m rlsys.train --resume {run_dir}"
+            print(f"stopped by {e.name}. {hint}", file=sys.stderr, flush=True)
+            return e.exit_code
+        finally:
+            stopping.under_way = True  # a signal during the shutdown exits at once
+            if trainer is not None:
+                trainer.shutdown()
+            if started_ray:
+                ray.shutdown()
+                stopping.install()  # Ray's shutdown resets SIGTERM to its default
 
 
 if __name__ == "__main__":

@@ -1,10 +1,8 @@
 """Stored configs (config.yaml, wandb) keep `${env:...}` references as references, at any depth."""
 
-import json
-
 import yaml
 
-from rlsys.config import REDACTED, load_config, redacted_dict, save_config, unresolved_dict
+from rlsys.config import REDACTED, load_config, redacted_dict, save_config, to_dict, unresolved_dict
 
 
 def test_env_references_in_lists_stay_references_on_disk(tmp_path, monkeypatch):
@@ -39,26 +37,20 @@ def test_redaction_reaches_into_lists_and_keeps_paths():
 
 
 def test_metrics_logger_gives_wandb_the_stored_config(tmp_path, monkeypatch):
-    """wandb gets the run folder's config.yaml (references kept), not the resolved config."""
-    import wandb
-
+    """wandb gets the run folder's config.yaml (references kept), not the resolved config the trainer holds."""
     from rlsys.metrics import MetricsLogger
 
+    monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("RLSYS_TEST_SECRET", "sk-for-wandb")
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump({"env": {"android": {"emulator_args": ["${env:RLSYS_TEST_SECRET}"]}}}))
-    cfg = load_config(path, ["metrics.wandb=true", "metrics.wandb_mode=disabled", "metrics.progress=false"])
-    save_config(unresolved_dict(path), cfg, tmp_path / "config.yaml")
-    seen = {}
-    real_init = wandb.init
-
-    def init(**kwargs):
-        seen.update(kwargs["config"])
-        return real_init(**kwargs)
-
-    monkeypatch.setattr(wandb, "init", init)
-    resolved = redacted_dict(json.loads(json.dumps(__import__("dataclasses").asdict(cfg))))
-    logger = MetricsLogger(cfg, tmp_path, resolved, total=1)
+    cfg = load_config(path, ["metrics.wandb=true", "metrics.progress=false"])
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    save_config(unresolved_dict(path), cfg, run_dir / "config.yaml")
+    logger = MetricsLogger(cfg, run_dir, redacted_dict(to_dict(cfg)), total=1)
+    logger.log({"iteration": 0, "policy_version": 0}, advance=False)
     logger.close()
-    assert seen["env"]["android"]["emulator_args"] == ["${env:RLSYS_TEST_SECRET}"]
-    assert "sk-for-wandb" not in json.dumps(seen)
+    (record_file,) = next((run_dir / "wandb").glob("offline-run-*")).glob("*.wandb")
+    logged = record_file.read_bytes()
+    assert b"sk-for-wandb" not in logged and b"${env:RLSYS_TEST_SECRET}" in logged

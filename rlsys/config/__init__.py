@@ -3,7 +3,8 @@
 Everything is checked before any process starts: an unknown key names itself and the closest
 valid key, a wrong type names the key path and the type expected. The schema is one module per
 section (run.py, env.py, policy.py, learner.py, evaluator.py; schema.py holds the root), the
-loader reads and validates files, and checks.py holds the rules that span sections.
+loader reads and validates files (yaml_load.py refuses alias bombs), checks.py holds the rules that span
+sections, bounds.py the numbers no run can use, and run_dir.py run names, run folders and what a resume may change.
 """
 
 from rlsys.config.checks import check_consistency, check_extras, check_paths

@@ -43,7 +43,10 @@ def test_save_and_load_restore_contents_counters_and_rng(tmp_path):
     again = ReplayBuffer(capacity=3, max_bytes=1 << 30, seed=99)
     again.load(str(tmp_path), state)
     assert [t.id for t in again.all()] == [t.id for t in buf.all()]
-    assert again.stats() == buf.stats()
+    restored, saved = again.stats(), buf.stats()
+    # bytes are measured, not restored: objects read back share less than the ones collected did
+    assert restored.pop("bytes") == sum(t.nbytes() for t in again.all()) and saved.pop("bytes") > 0
+    assert restored == saved
     assert [t.id for t in again.sample(2)] == [t.id for t in buf.sample(2)]
 
 

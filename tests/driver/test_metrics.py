@@ -1,9 +1,36 @@
 import json
 import re
+import time
 
 from rlsys.config import redacted_dict, to_dict
 from rlsys.metrics import MetricsLogger, eval_table, read_metrics
 from tests.conftest import make_config
+
+
+def written(read, ready, timeout_s: float = 60):
+    """What `read()` gives once `ready` holds for it: wandb's service process may still be writing its
+    offline files after `finish()` returns. After `timeout_s`, the last read, for the test to check."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            data = read()
+        except (ValueError, FileNotFoundError, json.JSONDecodeError):  # not there yet, or half written
+            data = None
+        if data is not None and ready(data):
+            return data
+        if time.monotonic() > deadline:
+            assert data is not None, f"wandb did not write it within {timeout_s} s"
+            return data
+        time.sleep(0.2)
+
+
+def one(folder, pattern):
+    (path,) = folder.glob(pattern)  # ValueError while wandb has not written it
+    return path
+
+
+def wandb_record(run_dir) -> bytes:
+    return one(run_dir / "wandb", "offline-run-*/*.wandb").read_bytes()
 
 
 def test_metrics_jsonl_wandb_offline_and_no_secret_in_wandb(tmp_path, monkeypatch):
@@ -20,11 +47,8 @@ def test_metrics_jsonl_wandb_offline_and_no_secret_in_wandb(tmp_path, monkeypatc
     assert [r["iteration"] for r in records] == [0, 1]
     assert "+50.0 points" in eval_table(records)
 
-    offline_runs = list((run_dir / "wandb").glob("offline-run-*"))
-    assert offline_runs, "wandb wrote no offline run"
     # offline runs keep their config and history in the run's .wandb record file
-    (record_file,) = offline_runs[0].glob("*.wandb")
-    logged = record_file.read_bytes()
+    logged = written(lambda: wandb_record(run_dir), lambda data: b"redacted" in data and b"train/success_rate" in data)
     assert b"do-not-log-me" not in logged and b"redacted" in logged and b"train/success_rate" in logged
     history = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert history[1]["train/success_rate"] == 0.5
@@ -42,13 +66,13 @@ def test_an_evaluation_logs_its_episodes_to_wandb_as_a_table_with_images(tmp_pat
     logger.log({"iteration": 0, "policy_version": 0, "eval/episodes": 2, "eval/success_rate": 0.5}, episodes=episodes)
     logger.close()
 
-    (files,) = (run_dir / "wandb").glob("offline-run-*/files")
-    (table_file,) = files.glob("media/table/eval/episodes_table_*.table.json")
-    table = json.loads(table_file.read_text())
+    tables = "offline-run-*/files/media/table/eval/episodes_table_*.table.json"
+    table = written(lambda: json.loads(one(run_dir / "wandb", tables).read_text()), lambda table: bool(table["data"]))
     assert table["columns"] == ["task", "group", "outcome", "steps", "actions", "last screen"]
     rows = [row[:4] for row in table["data"]]
     assert rows == [["t1", "click-test-2", "success", 2], ["t2", "click-test-2", "failure", 1]]
     # the table's images travel in the run's record (wandb stages them as an artifact): one per episode
-    (record_file,) = (run_dir / "wandb").glob("offline-run-*/*.wandb")
-    images = set(re.findall(rb"media/images/[0-9a-f]+\.png", record_file.read_bytes()))
+    images = written(
+        lambda: set(re.findall(rb"media/images/[0-9a-f]+\.png", wandb_record(run_dir))), lambda found: len(found) >= 2
+    )
     assert len(images) == 2

@@ -173,10 +173,13 @@ class ConfinementProxy:
             self._server.close()
             for task in list(self._tasks):
                 task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
             self._loop.stop()
 
         asyncio.run_coroutine_threadsafe(stop(), self._loop)
         self._thread.join(timeout=5)
+        if not self._thread.is_alive():
+            self._loop.close()
 
     # -- the proxy ------------------------------------------------------------------------
 
@@ -190,18 +193,17 @@ class ConfinementProxy:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         self._tasks.add(task)
-        upstream = None
+        opened: list[asyncio.StreamWriter] = [writer]
         try:
-            upstream = await self._one_request(reader, writer)
+            await self._one_request(reader, writer, opened)
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError, asyncio.TimeoutError):
             pass
         finally:
             self._tasks.discard(task)
-            for w in (writer, upstream):
-                if w is not None:
-                    w.close()
+            for w in opened:
+                w.close()
 
-    async def _one_request(self, reader, writer):
+    async def _one_request(self, reader, writer, opened: list) -> None:
         head = await reader.readuntil(b"\r\n\r\n")
         line, _, headers = head.partition(b"\r\n")
         method, target, version = line.decode("latin-1").split(" ")
@@ -225,13 +227,21 @@ class ConfinementProxy:
         up_reader, upstream = await asyncio.wait_for(
             asyncio.open_connection(addresses[0], port, limit=_HEAD_LIMIT), _CONNECT_TIMEOUT_S
         )
+        opened.append(upstream)
         if method == "CONNECT":
             writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
         else:
             upstream.write(f"{method} {path} {version}\r\n".encode("latin-1") + _end_to_end(headers))
-            await self._response_head(up_reader, writer)
-        await asyncio.gather(_pipe(reader, upstream), _pipe(up_reader, writer))
-        return upstream
+        upward = asyncio.ensure_future(_pipe(reader, upstream))  # a request body goes up while the answer is awaited
+        try:
+            if method != "CONNECT":
+                await self._response_head(up_reader, writer)
+            await _pipe(up_reader, writer)
+            if method != "CONNECT":  # the answer is complete: nothing more of the browser's belongs upstream
+                upward.cancel()
+            await asyncio.gather(upward, return_exceptions=True)
+        finally:
+            upward.cancel()
 
     def _deny(self, writer, url: str, reason: str) -> None:
         self._refuse(url, reason)

@@ -143,6 +143,20 @@ def test_subresources_from_another_port_are_refused(env, servers, other):
     assert f"https://{base}" in urls  # the WebSocket's tunnel
 
 
+STUN = """const pc = new RTCPeerConnection({iceServers: [{urls: "stun:127.0.0.1:%d"}]});
+pc.createDataChannel("x"); pc.createOffer().then((offer) => pc.setLocalDescription(offer));"""
+
+
+def test_webrtc_sends_no_udp_around_the_proxy(env, servers):
+    env.reset(task(servers[0], "hostile.html"))
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+        udp.bind(("127.0.0.1", 0))
+        udp.settimeout(2.0)
+        env.driver.execute_script(STUN % udp.getsockname()[1])
+        with pytest.raises(TimeoutError):
+            udp.recvfrom(2048)
+
+
 def test_a_backslash_url_is_read_as_the_browser_reads_it(env, servers, other):
     site = servers[0]
     env.reset(task(site, "hostile.html"))
@@ -264,11 +278,14 @@ env = WebEnv(cfg)
 try:
     env.reset(Task(id="t", instruction="", suite="webvoyager", start=f"http://127.0.0.1:{{site.server_port}}/start.html"))
     link = next(i for i, e in enumerate(env._elements) if "Metadata" in e["text"])
-    env.step("Action: Click [%d]" % link)
-    env.step("Action: Goto [http://169.254.169.254\\\\@127.0.0.1:%d/]" % site.server_port)
+    steps = [env.step("Thought: t\\nAction: Click [%d]" % link),
+             env.step("Thought: t\\nAction: Goto [http://169.254.169.254\\\\@127.0.0.1:%d/]" % site.server_port)]
+    assert not any(r.info["parse_error"] for r in steps)
+    assert "not allowed" in steps[1].info["action_error"]
+    refused = [b["url"] for r in steps for b in r.info.get("blocked_requests", [])]
 finally:
     env.close()
-print(json.dumps(seen))
+print(json.dumps({{"seen": seen, "refused": refused}}))
 """
 
 
@@ -284,7 +301,11 @@ def test_a_link_local_service_in_a_namespace_receives_nothing(tmp_path):
     setup = f"{ip} link set lo up && {ip} addr add 169.254.169.254/32 dev lo && exec {sys.executable} {script}"
     proc = subprocess.run([unshare, "-rn", "sh", "-c", setup], capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert json.loads(proc.stdout.strip().splitlines()[-1]) == []
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["seen"] == []  # the metadata service received nothing
+    assert {"http://169.254.169.254/img", "http://169.254.169.254/fetch", "http://169.254.169.254/link"} <= set(
+        report["refused"]
+    )
 
 
 # Chromium's own requests that no flag or preference found here turns off (an on-demand component's

@@ -122,7 +122,9 @@ def env(tmp_path_factory, pages):
                 tmp_path_factory.mktemp("robust"),
                 action_space="pae",
                 settle_timeout_s=SETTLE_TIMEOUT_S,
-                allowed_origins=[f"http://127.0.0.1:{Handler.other_port}"],  # the "Other origin" form posts there
+                # both servers, whatever the episode's task: a page of `site` wanders off to `pages` (below), and
+                # the "Other origin" form posts to the second server
+                allowed_origins=[pages, f"http://127.0.0.1:{Handler.other_port}"],
             )
         )
     yield env

@@ -121,7 +121,7 @@ class Browser:
         if proxy:
             options.add_argument(f"--proxy-server=http://{proxy}")
             options.add_argument("--proxy-bypass-list=<-loopback>")  # 127.0.0.1 and localhost go through it too
-            options.add_argument("--force-webrtc-ip-handling-policy=disable_non_proxied_udp")
+            options.add_argument("--webrtc-ip-handling-policy=disable_non_proxied_udp")
         options.set_capability("unhandledPromptBehavior", "accept and notify")
         options.add_experimental_option(
             "prefs",

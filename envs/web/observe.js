@@ -4,13 +4,18 @@
 // ([left, top, width, height] of the viewport) are listed.
 const [rootSelector, skipIds, quietMs, timeoutMs, area] = arguments;
 const reply = arguments[arguments.length - 1];
+const NAVIGATION_MS = 1000;
 const start = performance.now();
 let lastChange = start;
 const observer = new MutationObserver(() => { lastChange = performance.now(); });
 observer.observe(document, { subtree: true, childList: true, attributes: true, characterData: true });
 (function check() {
   const now = performance.now();
-  const quiet = document.readyState === "complete" && !(window.__rlsysPending > 0) && now - lastChange >= quietMs;
+  // a navigation the page started counts for at most NAVIGATION_MS: one that became a download or a 204 never
+  // replaces the document
+  const navigating = now - (window.__rlsysNavigating ?? -Infinity) < NAVIGATION_MS;
+  const quiet = document.readyState === "complete" && !(window.__rlsysPending > 0) && !navigating
+    && now - lastChange >= quietMs;
   if (!quiet && now - start < timeoutMs) {
     setTimeout(check, 10);
     return;

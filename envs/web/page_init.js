@@ -21,6 +21,14 @@
     return send.apply(this, args);
   };
 
+  // A navigation this document started (a link, a form, `location = ...`, a meta refresh) is noted: until the
+  // document is replaced, the page has not settled (its request now takes a hop through the env's proxy).
+  if (window.navigation) {
+    navigation.addEventListener("navigate", (event) => {
+      if (!event.destination.sameDocument) window.__rlsysNavigating = performance.now();
+    });
+  }
+
   const MAX_EVENTS = 20;  // per kind between two reads: a page in an alert loop shows thousands
   const events = window.__rlsysEvents = { dialogs: [], opened: [] };
   const record = (kind, value) => {

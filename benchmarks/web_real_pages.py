@@ -114,7 +114,7 @@ def make_env():
         "action_space": "pae",
         "viewport": VIEWPORT,
         "max_steps": 100_000,
-        "allowed_domains": ["127.0.0.1"],
+        # each site is served on its own 127.0.0.1 port: the task's start origin is what an episode may reach
         "chromium": shutil.which("chromium"),
         "chromedriver": shutil.which("chromedriver"),
     }

@@ -234,6 +234,16 @@ class Browser:
             children = []
         return {"chromedriver": [driver_proc.pid], "chromium": [p.pid for p in children]}
 
+    def memory_mb(self) -> float:
+        """Unique memory (USS) of chromedriver and every Chromium process, in MiB."""
+        total = 0
+        for pid in [pid for pids in self.pids().values() for pid in pids]:
+            try:
+                total += psutil.Process(pid).memory_full_info().uss
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+        return total / 2**20
+
     def close(self) -> None:
         try:
             self.driver.quit()

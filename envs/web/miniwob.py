@@ -70,7 +70,11 @@ class MiniWoBEnv(WebEnv):
         self._page = None
         self._utterance = ""
 
-    def reset(self, task: Task) -> Observation:
+    def _forget_tabs(self) -> None:
+        self._pages.clear()
+        self._page = None
+
+    def _reset(self, task: Task) -> Observation:
         path = html_dir() / f"{task.start or task.id}.html"
         if not path.is_file():
             raise EnvSetupError(f"MiniWoB++ has no task {path.stem!r}; see envs.web.miniwob.available_tasks()")

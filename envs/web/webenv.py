@@ -5,8 +5,9 @@ Every request of the browser goes through the env's filtering proxy and is allow
 before it is sent (confinement.py); the page's URL is also checked before every action and after going
 back, and the refusals since the last observation are in each step's info["blocked_requests"].
 
-One browser serves every episode; cookies, storage and cache are cleared between episodes and
-the browser is only relaunched (by the runner, on EnvBrokenError) when it breaks.
+One browser serves many episodes; cookies and storage are cleared between episodes. The runner relaunches
+a browser that breaks (EnvBrokenError); the env itself relaunches one before an episode once it has served
+`env.browser_max_episodes` episodes or holds more than `env.browser_memory_mb` (checked every few episodes).
 """
 
 from __future__ import annotations
@@ -100,12 +101,12 @@ class WebEnv:
         self._schemes = frozenset(t[:-1].lower() for t in cfg.allowed_origins if _is_scheme_entry(t))
         self.proxy = ConfinementProxy()
         try:
-            self.browser = Browser(
-                cfg.chromium, cfg.chromedriver, cfg.viewport, cfg.headless, cfg.step_timeout_s, self.proxy.address
-            )
+            self.browser = self._launch()
         except BaseException:
             self.proxy.close()
             raise
+        self.browser_episodes = 0  # episodes the current browser has served
+        self.browser_relaunches = 0
         self.area: tuple[int, int, int, int] = (0, 0, *self.browser.viewport)
         self.scale = 1
         self.task: Task | None = None
@@ -124,12 +125,54 @@ class WebEnv:
     def driver(self):
         return self.browser.driver
 
+    def _launch(self) -> Browser:
+        cfg = self.cfg
+        return Browser(
+            cfg.chromium, cfg.chromedriver, cfg.viewport, cfg.headless, cfg.step_timeout_s, self.proxy.address
+        )
+
+    # the browser's memory is read every this many episodes: reading every process's unique memory costs ~30 ms
+    memory_check_every = 10
+
+    def _recycle_browser_if_due(self) -> str | None:
+        """Relaunch the browser before an episode once it has served `env.browser_max_episodes` episodes or
+        its processes hold more than `env.browser_memory_mb` of unique memory. Returns why, if it did."""
+        cfg, reason = self.cfg, None
+        if cfg.browser_max_episodes and self.browser_episodes >= cfg.browser_max_episodes:
+            reason = f"it served env.browser_max_episodes={cfg.browser_max_episodes} episodes"
+        elif cfg.browser_memory_mb and self.browser_episodes and self.browser_episodes % self.memory_check_every == 0:
+            held = self.browser.memory_mb()
+            if held > cfg.browser_memory_mb:
+                reason = f"it held {held:.0f} MiB, over env.browser_memory_mb={cfg.browser_memory_mb}"
+        if reason:
+            try:
+                self.browser.close()
+                self.browser = self._launch()
+            except BROKEN as e:
+                raise EnvBrokenError(f"relaunching the browser failed: {type(e).__name__}: {e}") from None
+            self._tabs = {self.driver.current_window_handle}
+            self._forget_tabs()
+            self.browser_episodes = 0
+            self.browser_relaunches += 1
+        self.browser_episodes += 1
+        return reason
+
+    def _forget_tabs(self) -> None:
+        """What a subclass keeps about the old browser's tabs (none here)."""
+
     def pids(self) -> dict[str, list[int]]:
         return self.browser.pids()
 
     # -- episodes ---------------------------------------------------------------------------
 
     def reset(self, task: Task) -> Observation:
+        relaunched = self._recycle_browser_if_due()
+        obs = self._reset(task)
+        if relaunched:
+            obs.extras["browser_relaunched"] = relaunched
+        return obs
+
+    def _reset(self, task: Task) -> Observation:
         if not task.start:
             raise EnvSetupError(f"task {task.id!r} has no start URL")
         try:

@@ -38,6 +38,8 @@ BOUNDS: dict[str, tuple[float, bool]] = {
     "env.settle_timeout_s": AT_LEAST_0,
     "env.wait_action_s": AT_LEAST_0,
     "env.max_elements": AT_LEAST_1,
+    "env.browser_memory_mb": AT_LEAST_0,
+    "env.browser_max_episodes": AT_LEAST_0,
     "env.download_max_mb": AT_LEAST_0,
     "env.instance_reset_every": AT_LEAST_0,
     "env.instance_reset_timeout_s": ABOVE_0,

@@ -84,6 +84,10 @@ class EnvConfig:
     download_max_mb: float = 20.0
     # cookies and storage are cleared between episodes; the HTTP cache (no session in it) only if this is set
     clear_http_cache: bool = False
+    # the env relaunches its browser before an episode once the browser's processes hold more than this much
+    # unique memory (MiB, read every 10 episodes; 0: never), or once it has served this many episodes (0: never)
+    browser_memory_mb: int = 1536
+    browser_max_episodes: int = 0
     search_engine: str = "https://www.google.com/"
     # a self-hosted site (WebArena) reset between episodes: argv, run every `instance_reset_every`
     instance_reset_command: list[str] | None = None

@@ -22,6 +22,17 @@ def small(tmp_path, **overrides):
     return sim_config(tmp_path, step_s=0.05, max_steps=3, runners__num=2, env__sim=SIM, **overrides)
 
 
+def trained(tmp_path, iterations: int):
+    """The config of a finished run of `iterations` iterations (a checkpoint after each)."""
+    cfg = small(tmp_path, run__iterations=iterations)
+    trainer = Trainer(cfg, cfg.output_dir)
+    try:
+        trainer.run()
+    finally:
+        trainer.shutdown()
+    return cfg
+
+
 def test_torn_metrics_lines_are_skipped_with_a_warning(tmp_path, caplog):
     (tmp_path / "metrics.jsonl").write_text('{"iteration": 1}\n{"iteration": 2}\n{"itera')  # killed mid-write
     assert read_metrics(tmp_path) == [{"iteration": 1}, {"iteration": 2}]
@@ -29,12 +40,7 @@ def test_torn_metrics_lines_are_skipped_with_a_warning(tmp_path, caplog):
 
 
 def test_resume_passes_over_a_damaged_newest_checkpoint_and_a_torn_metrics_line(ray_session, tmp_path, caplog):
-    cfg = small(tmp_path, run__iterations=3)
-    trainer = Trainer(cfg, cfg.output_dir)
-    try:
-        trainer.run()
-    finally:
-        trainer.shutdown()
+    cfg = trained(tmp_path, iterations=3)
     run_dir = cfg.output_dir
     newest = checkpoint.latest(run_dir)
     assert newest.name == "000003"
@@ -58,12 +64,7 @@ def test_resume_passes_over_a_damaged_newest_checkpoint_and_a_torn_metrics_line(
 
 
 def test_resume_with_no_intact_checkpoint_names_every_damaged_file(ray_session, tmp_path):
-    cfg = small(tmp_path, run__iterations=1)
-    trainer = Trainer(cfg, cfg.output_dir)
-    try:
-        trainer.run()
-    finally:
-        trainer.shutdown()
+    cfg = trained(tmp_path, iterations=1)
     state = checkpoint.latest(cfg.output_dir) / "state.json"
     state.unlink()
     with pytest.raises(checkpoint.CheckpointError, match=re.escape(str(state))):

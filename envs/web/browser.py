@@ -17,10 +17,12 @@ from selenium.webdriver.chrome.service import Service
 
 from rlsys.core.env import EnvSetupError
 
+# Hosts Chromium calls at every start whatever the flags and preferences say: Google's account list and the
+# default search engine's start page. They resolve to nothing inside Chromium and skip the proxy, so no request
+# for them is made at all (tests/envs/web/test_confinement.py records what a start sends).
+STARTUP_HOSTS = ("accounts.google.com", "start.duckduckgo.com")
 # Chromium's background services off: no time, optimization-guide, translation, safe browsing, metrics,
-# sync or media-router requests. Three start-up requests survive every flag and preference tried (an
-# on-demand component's update check, Google's account list, the default search engine's page); the env's
-# proxy refuses them (tests/envs/web/test_confinement.py records what a start sends).
+# sync, media-router or component-update requests.
 CHROMIUM_FLAGS = (
     "--headless=new",
     "--no-sandbox",
@@ -31,6 +33,8 @@ CHROMIUM_FLAGS = (
     "--no-pings",
     "--disable-background-networking",
     "--disable-component-update",
+    "--component-updater=url-source=about:blank",  # an on-demand component's update check still ran without it
+    "--host-resolver-rules=" + ", ".join(f"MAP {host} ~NOTFOUND" for host in STARTUP_HOSTS),
     "--disable-sync",
     "--disable-default-apps",
     "--disable-extensions",
@@ -120,7 +124,8 @@ class Browser:
         options.add_argument(f"--window-size={self.viewport[0]},{self.viewport[1] + 200}")
         if proxy:
             options.add_argument(f"--proxy-server=http://{proxy}")
-            options.add_argument("--proxy-bypass-list=<-loopback>")  # 127.0.0.1 and localhost go through it too
+            # 127.0.0.1 and localhost go through it too; the start-up hosts fail inside Chromium instead
+            options.add_argument("--proxy-bypass-list=" + ";".join(("<-loopback>", *STARTUP_HOSTS)))
             options.add_argument("--webrtc-ip-handling-policy=disable_non_proxied_udp")
         options.set_capability("unhandledPromptBehavior", "accept and notify")
         options.add_experimental_option(

@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 from rlsys.config import to_dict
+from rlsys.ray_init import ONE_MACHINE
 from tests.conftest import make_config
 
 ROOT = str(Path(__file__).resolve().parents[2])
@@ -64,6 +65,8 @@ def stop(pids: list[int]) -> None:
 @pytest.fixture
 def two_nodes():
     env = dict(os.environ, RAY_AUTH_MODE="token")  # two nodes listen beyond loopback: Ray's token auth is on
+    # a one-node instance started earlier in this process (bind_to_loopback) switched multi-node Ray off
+    env.pop(ONE_MACHINE, None)
     # a lost node is declared dead after ~2 s instead of Ray's default ~30 s
     env |= {"RAY_health_check_period_ms": "500", "RAY_health_check_timeout_ms": "500",
             "RAY_health_check_failure_threshold": "3", "RAY_health_check_initial_delay_ms": "0",

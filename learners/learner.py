@@ -105,13 +105,17 @@ class Learner:
             self.version += 1
             self.policy.version = self.version
             self.publish()
-        return metrics | policy_lag(trajectories, trained_from) | {
-            "learner/sampled_trajectories": len(trajectories),
-            "time/train_s": t2 - t1,
-            "time/publish_s": time.perf_counter() - t2,
-            "policy_version": self.version,
-            "learner/trained_from_version": trained_from,
-        }
+        return (
+            metrics
+            | policy_lag(trajectories, trained_from)
+            | {
+                "learner/sampled_trajectories": len(trajectories),
+                "time/train_s": t2 - t1,
+                "time/publish_s": time.perf_counter() - t2,
+                "policy_version": self.version,
+                "learner/trained_from_version": trained_from,
+            }
+        )
 
     def critic_stage(self) -> dict:
         """Digi-Q's finished critic as files, and its scores of every stored step (for inspection)."""

@@ -77,4 +77,3 @@ def policy_lag(trajectories: list[Trajectory], version: int) -> dict:
         "train/policy_lag_max": max(lags) if lags else None,
         "train/offline_in_sample": sum(t.policy_version < 0 for t in trajectories),
     }
-

@@ -67,7 +67,7 @@ def test_sync_run_completes_with_metrics_eval_and_checkpoints(sync_run):
     assert training["trajectory_id"].nunique() == len(stored)
     # the report was rewritten after the last evaluation: it holds the final numbers
     page = (cfg.output_dir / "report.html").read_text()
-    assert f'{100 * records[-1]["eval/success_rate"]:.1f}' in page and "click-tab" in page
+    assert f"{100 * records[-1]['eval/success_rate']:.1f}" in page and "click-tab" in page
     evaluated = pd.read_parquet(cfg.output_dir / "eval")
     assert set(evaluated["split"]) == {"eval"} and sorted(evaluated["iteration"].unique()) == [0, 2]
     assert evaluated["trajectory_id"].nunique() == 4 * 2

@@ -98,6 +98,7 @@ class MiniWoBEnv(WebEnv):
                     raise EnvBrokenError(f"{task.id}: page never became ready")
                 time.sleep(0.02)
                 ready = self.driver.execute_script("return WOB_TASK_READY;")
+            self._acted_at = time.monotonic()  # the episode was started by script, just now
             self._utterance = None  # read with the first observation
             return self._observe({})[0]
         except BROKEN as e:

@@ -21,6 +21,15 @@
     return send.apply(this, args);
   };
 
+  // When the document last changed, for the env's settle wait (observe.js): from DOMContentLoaded on, so the
+  // parser's own insertions cost nothing, and a static page that finished loading a while ago is settled at once.
+  window.__rlsysLastChange = performance.now();
+  document.addEventListener("DOMContentLoaded", () => {
+    window.__rlsysLastChange = performance.now();
+    new MutationObserver(() => { window.__rlsysLastChange = performance.now(); })
+      .observe(document, { subtree: true, childList: true, attributes: true, characterData: true });
+  }, { once: true });
+
   // A navigation this document started (a link, a form, `location = ...`, a meta refresh) is noted: until the
   // document is replaced, the page has not settled (its request now takes a hop through the env's proxy).
   if (window.navigation) {
@@ -28,6 +37,13 @@
       if (!event.destination.sameDocument) window.__rlsysNavigating = performance.now();
     });
   }
+  // Back in the page from the back/forward cache, that navigation is over (left noted, the page counted as
+  // navigating for another second).
+  window.addEventListener("pageshow", (event) => {
+    if (!event.persisted) return;
+    window.__rlsysNavigating = undefined;
+    window.__rlsysLastChange = performance.now();
+  }, true);
 
   const MAX_EVENTS = 20;  // per kind between two reads: a page in an alert loop shows thousands
   const events = window.__rlsysEvents = { dialogs: [], opened: [] };

@@ -36,10 +36,6 @@ from rlsys.envs.web.webarena import evaluate
 BROKEN = (WebDriverException, HTTPError, ConnectionError, TimeoutError)
 _DIALOG_RETRIES = 5
 _SETTLE_ATTEMPTS = 5
-_READ_PAGE_EVENTS = """
-const events = window.__rlsysEvents || {dialogs: [], opened: []};
-return {dialogs: events.dialogs.splice(0), opened: events.opened.splice(0)};
-"""
 
 
 @cache
@@ -115,6 +111,7 @@ class WebEnv:
         self._elements: list[dict] = []
         self._history: deque[dict] = deque(maxlen=max(cfg.history, 0))
         self._steps = 0
+        self._acted_at: float | None = None  # when the env last acted on the page (monotonic), for settling
         self._policy = Policy()
         self._start_url = "about:blank"  # where the env falls back to, after the last allowed URL
         self._last_allowed_url = "about:blank"
@@ -187,6 +184,7 @@ class WebEnv:
     def _begin_episode(self, task: Task) -> None:
         self.task = task
         self._steps = 0
+        self._acted_at = None  # the start page is a new document: its own changes are what settling waits out
         self._history.clear()
         self._confine(task.start, episode_policy(self.cfg, task.start))
         self._keep_one_tab(self.driver.current_window_handle)
@@ -222,6 +220,7 @@ class WebEnv:
                         info["action_error"] = f"the page went to {url}, which is not allowed; nothing was done"
                     else:
                         info["action_error"] = self._navigate(lambda: self._perform(action, events), events)
+                        self._acted_at = time.monotonic()
                 obs, page_state = self._observe(events, feedback=parse_error or info.get("action_error"))
         except BROKEN as e:
             raise EnvBrokenError(f"browser failed during step: {type(e).__name__}: {e}") from None
@@ -421,7 +420,8 @@ class WebEnv:
         answered go to events, the URLs it asked window.open for to page["opened"]."""
         script = _observe_script(self.page_state_script)
         settle = (self.cfg.settle_quiet_ms, self.cfg.settle_timeout_s * 1000)
-        args = (self.root_selector, list(self.skip_ids), *settle, list(self.area))
+        since_action_ms = None if self._acted_at is None else (time.monotonic() - self._acted_at) * 1000
+        args = (self.root_selector, list(self.skip_ids), *settle, list(self.area), since_action_ms)
         for attempt in range(1, _SETTLE_ATTEMPTS + 1):
             started = time.monotonic()
             try:
@@ -431,10 +431,9 @@ class WebEnv:
                 gone = _document_went_away(e.msg or "", time.monotonic() - started, self.cfg.step_timeout_s)
                 if attempt == _SETTLE_ATTEMPTS or not gone:
                     raise
-        page_events = self._with_dialogs(lambda: self.driver.execute_script(_READ_PAGE_EVENTS), events)
-        if page_events["dialogs"]:
-            events.setdefault("dialogs", []).extend(page_events["dialogs"])
-        page["opened"] = page_events["opened"]
+        if page["events"]["dialogs"]:
+            events.setdefault("dialogs", []).extend(page["events"]["dialogs"])
+        page["opened"] = page["events"]["opened"]
         return page
 
     def _follow_or_close_new_tabs(self, requested: list[str], events: dict) -> bool:

@@ -94,6 +94,28 @@ def test_pae_click_type_and_settle_on_network(env, site):
     assert result.observation.extras["settled"] and result.observation.extras["settle_ms"] >= 300
 
 
+def test_settling_waits_out_the_quiet_window_from_the_action_not_from_the_observation(env, site):
+    env.reset(task(site))
+    time.sleep(0.2)
+    # no action: the page has not changed for longer than the quiet window, so it is settled at once
+    result = env.step(pae("Hover over it"))
+    assert result.info["parse_error"] and result.observation.extras["settle_ms"] < env.cfg.settle_quiet_ms / 2
+    # the click's handler changes the page 40 ms later: the quiet window counts from the click, so that is seen
+    result = env.step(pae(f"Click [{index_of(env, 'Change later')}]"))
+    assert "Changed 40 ms later" in [e["text"] for e in result.observation.extras["elements"]]
+
+
+def test_going_back_to_a_page_kept_in_the_back_forward_cache_settles_at_once(env, site):
+    env.reset(task(site))
+    env.driver.execute_script("window.mark = 'still here'")
+    env.step(pae(f"Click [{index_of(env, 'Next page')}]"))
+    result = env.step(pae("GoBack"))
+    assert result.observation.location == f"{site}/actions.html"
+    assert env.driver.execute_script("return window.mark") == "still here"  # the same document, from the cache
+    # the page noted its own navigation away when the link was clicked; back from the cache, that one is over
+    assert result.observation.extras["settled"] and result.observation.extras["settle_ms"] < 500
+
+
 def test_pae_navigation_scroll_wait_and_answer(env, site):
     env.reset(task(site))
     env.step(pae("Scroll [WINDOW]; [down]"))

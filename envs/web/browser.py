@@ -22,7 +22,9 @@ from rlsys.core.env import EnvSetupError
 # for them is made at all (tests/envs/web/test_confinement.py records what a start sends).
 STARTUP_HOSTS = ("accounts.google.com", "start.duckduckgo.com")
 # Chromium's background services off: no time, optimization-guide, translation, safe browsing, metrics,
-# sync, media-router or component-update requests.
+# sync, media-router or component-update requests. No back/forward cache: a page left behind is not kept running
+# (into the next episode, where GoBack could bring it back with what it held), and keeping the page it leaves
+# made every reset ~70 ms slower on a 2-core machine (benchmarks/README.md).
 CHROMIUM_FLAGS = (
     "--headless=new",
     "--no-sandbox",
@@ -50,7 +52,8 @@ CHROMIUM_FLAGS = (
     "--use-mock-keychain",
     "--disable-features=OptimizationHints,OptimizationGuideModelDownloading,OptimizationHintsFetching,"
     "MediaRouter,DialMediaRouteProvider,Translate,AutofillServerCommunication,CertificateTransparencyComponentUpdater,"
-    "InterestFeedContentSuggestions,PrivacySandboxSettings4,NetworkTimeServiceQuerying,SpareRendererForSitePerProcess",
+    "InterestFeedContentSuggestions,PrivacySandboxSettings4,NetworkTimeServiceQuerying,SpareRendererForSitePerProcess,"
+    "BackForwardCache",
     "--disable-quic",
     "--mute-audio",
     # pages in background tabs keep their timers running at full speed

@@ -37,13 +37,6 @@
       if (!event.destination.sameDocument) window.__rlsysNavigating = performance.now();
     });
   }
-  // Back in the page from the back/forward cache, that navigation is over (left noted, the page counted as
-  // navigating for another second).
-  window.addEventListener("pageshow", (event) => {
-    if (!event.persisted) return;
-    window.__rlsysNavigating = undefined;
-    window.__rlsysLastChange = performance.now();
-  }, true);
 
   const MAX_EVENTS = 20;  // per kind between two reads: a page in an alert loop shows thousands
   const events = window.__rlsysEvents = { dialogs: [], opened: [] };

@@ -177,6 +177,7 @@ class WebEnv:
                 self._begin_episode(task)
                 events: dict = {}
                 self._navigate(lambda: self.driver.get(task.start), events)
+                self.browser.cdp("Page.resetNavigationHistory")  # GoBack never reaches the last episode's pages
                 return self._observe(events)[0]
         except BROKEN as e:
             raise EnvBrokenError(f"browser failed during reset: {type(e).__name__}: {e}") from None

@@ -61,7 +61,7 @@ class EnvConfig:
     set_of_marks: bool = True  # draw numbered element boxes onto the screenshot
     history: int = 3  # previous steps shown in each observation
     step_timeout_s: float = 15.0  # every WebDriver or adb call
-    settle_quiet_ms: int = 50  # web: the DOM must be unchanged this long after an action...
+    settle_quiet_ms: int = 50  # web: no DOM change and no action of the env's for this long...
     settle_timeout_s: float = 3.0  # ...but no longer than this is waited
     wait_action_s: float = 1.0  # what the agent's `Wait` action waits
     headless: bool = True

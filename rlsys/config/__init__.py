@@ -3,8 +3,9 @@
 Everything is checked before any process starts: an unknown key names itself and the closest
 valid key, a wrong type names the key path and the type expected. The schema is one module per
 section (run.py, env.py, policy.py, learner.py, evaluator.py; schema.py holds the root), the
-loader reads and validates files (yaml_load.py refuses alias bombs), checks.py holds the rules that span
-sections, bounds.py the numbers no run can use, and run_dir.py run names, run folders and what a resume may change.
+loader reads and validates files (yaml_load.py refuses alias bombs), redaction.py keeps the fields the
+schema declares secret out of everything stored, checks.py holds the rules that span sections, bounds.py the
+numbers no run can use, and run_dir.py run names, run folders and what a resume may change.
 """
 
 from rlsys.config.checks import check_consistency, check_extras, check_paths
@@ -19,18 +20,16 @@ from rlsys.config.learner import (
     LearnerConfig,
 )
 from rlsys.config.loader import (
-    REDACTED,
     build,
     config_path,
-    is_secret_name,
     load_config,
     packaged_configs,
-    redacted_dict,
     save_config,
     to_dict,
     unresolved_dict,
 )
 from rlsys.config.policy import ApiConfig, LoraConfig, PolicyConfig, ServerConfig
+from rlsys.config.redaction import REDACTED, redacted_dict, secret_paths
 from rlsys.config.run import MetricsConfig, OfflineConfig, RayConfig, ReplayConfig, RunConfig, RunnersConfig
 from rlsys.config.schema import Config
 
@@ -66,11 +65,11 @@ __all__ = [
     "check_extras",
     "check_paths",
     "config_path",
-    "is_secret_name",
     "load_config",
     "packaged_configs",
     "redacted_dict",
     "save_config",
+    "secret_paths",
     "to_dict",
     "unresolved_dict",
 ]

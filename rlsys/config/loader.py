@@ -16,19 +16,10 @@ import yaml
 
 from rlsys.config.checks import check_consistency
 from rlsys.config.errors import ConfigError, shown
+from rlsys.config.redaction import ENV_REF as _ENV_REF
+from rlsys.config.redaction import REDACTED, redacted_dict, redacted_secrets
 from rlsys.config.schema import Config
 from rlsys.config.yaml_load import load_yaml
-
-_ENV_REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}")
-_SECRET_WORDS = {"key", "token", "secret", "password", "passwd", "credential", "credentials"}
-
-
-def is_secret_name(name: str) -> bool:
-    """`api_key`, `aws_secret_access_key`, `token`: yes. `max_new_tokens`, `keyboard`: no."""
-    return bool(_SECRET_WORDS & set(str(name).lower().split("_")))
-
-
-REDACTED = "***redacted***"
 
 
 def packaged_configs() -> list[str]:
@@ -125,7 +116,17 @@ def build(cls: type, data: Any, prefix: str = "") -> Any:
     built = cls(**kwargs)
     if cls is Config:
         check_consistency(built)
+        _refuse_redacted_secrets(built)
     return built
+
+
+def _refuse_redacted_secrets(cfg: Config) -> None:
+    keys = redacted_secrets(cfg)
+    if keys:
+        raise ConfigError(
+            f"{', '.join(keys)}: holds {REDACTED!r}, the placeholder a stored config.yaml keeps for a literal "
+            f"secret; give the secret again, as {keys[0]}=${{env:NAME}}"
+        )
 
 
 def closest(key: str, names: list[str]) -> str | None:
@@ -209,35 +210,14 @@ def resolve_env(value: str, path: str) -> str:
     return _ENV_REF.sub(sub, value)
 
 
-# keys whose names look secret but hold where a secret is, not the secret
-NOT_SECRET = {"env.android.console_token_file"}
-
-
-def redacted_dict(raw: dict, _path: str = "") -> dict:
-    """The config as a mapping fit to store (config.yaml, wandb, the report): `${env:…}` references stay
-    references, and literal values under secret-looking names are replaced, in mappings and lists at any depth."""
-    return {k: _redacted(v, f"{_path}{k}", str(k)) for k, v in raw.items()}
-
-
-def _redacted(value: Any, path: str, name: str) -> Any:
-    if isinstance(value, dict):
-        return redacted_dict(value, f"{path}.")
-    secret = is_secret_name(name) and path not in NOT_SECRET
-    if isinstance(value, list):
-        return [_redacted(v, f"{path}[{i}]", name if secret else "") for i, v in enumerate(value)]
-    if isinstance(value, str) and _ENV_REF.search(value):
-        return value
-    return REDACTED if secret and value is not None else value
-
-
 def literal_secrets(overrides: list[str]) -> list[str]:
-    """The keys of `key=value` overrides that set a secret-looking key to a literal value, not `${env:…}`."""
+    """The keys of `key=value` overrides that give a secret field (`redaction.secret_paths`) a literal value,
+    not a `${env:…}` reference (also when the override sets a whole section holding one)."""
     keys = []
     for item in overrides:
-        key, _, value = item.partition("=")
-        key = key.strip()
-        if is_secret_name(key.split(".")[-1]) and key not in NOT_SECRET and value and not _ENV_REF.search(value):
-            keys.append(key)
+        set_alone = apply_overrides({}, [item])
+        if redacted_dict(set_alone) != set_alone:
+            keys.append(item.partition("=")[0].strip())
     return keys
 
 
@@ -259,7 +239,17 @@ def stored_dict(raw: dict, cfg: Config) -> dict:
 
 def save_config(raw: dict, cfg: Config, dest: Path) -> None:
     """Write the stored form of the config (`stored_dict`)."""
-    dest.write_text(yaml.safe_dump(stored_dict(raw, cfg), sort_keys=False))
+    dest.write_text(stored_yaml(raw, cfg))
+
+
+def stored_yaml(raw: dict, cfg: Config) -> str:
+    return yaml.safe_dump(stored_dict(raw, cfg), sort_keys=False)
+
+
+def printed_config(path: str | os.PathLike, overrides: list[str] = ()) -> str:
+    """`rlsys-train --print-config`: the validated config with every default, as config.yaml would hold it."""
+    raw = unresolved_dict(path, overrides)
+    return stored_yaml(raw, build(Config, raw))
 
 
 def _only_env_refs(raw: dict) -> dict:

@@ -70,9 +70,9 @@ def test_eval_on_fake_emulators_with_a_crash(ray_session, fake_sdk, tmp_path):
         }
         path = tmp_path / "eval.yaml"
         path.write_text(yaml.safe_dump(config))
-        assert eval_main(["--config", str(path)]) == 0
+        assert eval_main(["--config", str(path), "--out", str(tmp_path / "results")]) == 0
 
-    summary = json.loads((tmp_path / "run" / "eval.json").read_text())
+    summary = json.loads((tmp_path / "results" / "eval.json").read_text())
     assert summary["eval/episodes"] == 6 and summary["eval/env_errors"] == 1
     assert summary["eval/success_rate"] == 1.0  # every episode that ran typed on a screen its reset had cleared
     log = events(log_path)

@@ -1,16 +1,18 @@
-"""python -m rlsys.train --config FILE [key=value ...] [--resume RUN_DIR]"""
+"""python -m rlsys.train --config FILE [key=value ...] [--resume RUN_DIR] | --print-config FILE [key=value ...]"""
 
 from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
+import tempfile
 from pathlib import Path
 
 from rlsys import __version__
 from rlsys.config import Config, ConfigError, build, check_extras, check_paths, save_config, unresolved_dict
-from rlsys.config.loader import literal_secrets, stored_dict
-from rlsys.config.run_dir import check_new_run_dir, check_resumable, resume_changes, saved_config
+from rlsys.config.loader import literal_secrets, printed_config, stored_dict
+from rlsys.config.run_dir import check_new_run_dir, check_resumable, is_remote_uri, resume_changes, saved_config
 from rlsys.envs.android.emulator import check_local_setup
 from rlsys.envs.evaluators import check_setup
 from rlsys.envs.tasks import check_tasks
@@ -21,19 +23,66 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--version", action="version", version=f"rlsys {__version__}")
     p.add_argument("--config", help="experiment YAML (default with --resume: RUN_DIR/config.yaml)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its newest checkpoint")
+    p.add_argument(
+        "--print-config",
+        metavar="FILE",
+        help="print the config FILE with the overrides, every default filled in and secrets redacted, and exit",
+    )
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. learner.lr=1e-4 run.iterations=20")
     args = p.parse_args(argv)
-    if not args.config and not args.resume:
+    if args.print_config and (args.config or args.resume):
+        p.error("--print-config takes the config itself: leave out --config and --resume")
+    if not args.config and not args.resume and not args.print_config:
         p.error("--config is required (or --resume RUN_DIR)")
     return args
 
 
+def print_config(path: str, overrides: list[str]) -> int:
+    """Validate and print; no Ray, nothing written."""
+    try:
+        text = printed_config(path, overrides)
+    except ConfigError as e:
+        print(f"config error: {e}", file=sys.stderr)
+        return 2
+    sys.stdout.write(text)
+    return 0
+
+
+def resumed_config_folder(resume: str) -> Path:
+    """The folder whose config.yaml `--resume RESUME` reads: the run folder, or a temporary copy of a remote
+    run's config.yaml (the run's files are pulled into its local folder once the config is known)."""
+    if not is_remote_uri(resume):
+        check_resumable(Path(resume))
+        return Path(resume)
+    from rlsys.data.storage import RemoteFolder
+
+    folder = Path(tempfile.mkdtemp(prefix="rlsys-resume-"))
+    try:
+        RemoteFolder(resume).download("config.yaml", folder / "config.yaml")
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"--resume {resume}: no readable config.yaml there, so not an rlsys run ({e})") from None
+    return folder
+
+
+def check_new_remote_run(uri: str) -> None:
+    """A new run never starts in a remote folder that holds a published checkpoint (another run's)."""
+    from rlsys.data.storage import RemoteFolder, published_checkpoints
+
+    try:
+        found = published_checkpoints(RemoteFolder(uri))
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"run.output_dir {uri}: not usable ({e})") from None
+    if found:
+        raise ConfigError(f"{uri} already holds a run; pass --resume {uri} or choose another run.output_dir")
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
-    config_path = args.config or os.path.join(args.resume, "config.yaml")
+    if args.print_config:
+        return print_config(args.print_config, args.overrides)
     try:  # every config problem is reported before Ray starts, and before anything is written
-        if args.resume:
-            check_resumable(Path(args.resume))
+        saved_dir = resumed_config_folder(args.resume) if args.resume else None
+        config_path = args.config or os.path.join(saved_dir, "config.yaml")
         raw = unresolved_dict(config_path, args.overrides)
         cfg = build(Config, raw)
         check_extras(cfg)
@@ -42,14 +91,18 @@ def main(argv=None) -> int:
         check_local_setup(cfg)
         check_paths(cfg)
         if cfg.policy.kind in ("api", "random"):
+            evaluate = ["python", "-m", "rlsys.eval", "--config", config_path, "--out", str(cfg.output_dir)]
             raise ConfigError(
-                f"policy.kind {cfg.policy.kind!r} has no weights to train; evaluate it with python -m rlsys.eval"
+                f"policy.kind {cfg.policy.kind!r} has no weights to train; evaluate it with: "
+                + shlex.join(evaluate + args.overrides)
             )
         if args.resume:  # the run's config.yaml stays as it is; keys the checkpoints depend on may not change
             cfg.run.output_dir = args.resume
-            changed = resume_changes(saved_config(cfg.output_dir), stored_dict(raw, cfg))
+            changed = resume_changes(saved_config(saved_dir), stored_dict(raw, cfg))
         else:
             check_new_run_dir(cfg.output_dir)
+            if is_remote_uri(cfg.run.output_dir):
+                check_new_remote_run(cfg.run.output_dir)
     except ConfigError as e:
         print(f"config error: {e}", file=sys.stderr)
         return 2

@@ -9,7 +9,10 @@ from typing import Literal
 @dataclass
 class RunConfig:
     name: str = "run"
-    output_dir: str | None = None  # default: runs/<name>
+    # default: runs/<name>; or a folder of an object store, s3://bucket/prefix or gs://bucket/prefix, that the run's
+    # local folder (scratch_dir) is published to at every checkpoint and at the end (docs/architecture.md#run-folder)
+    output_dir: str | None = None
+    scratch_dir: str | None = None  # the local folder of a run whose output_dir is remote; default: runs/<name>
     seed: int = 0
     mode: Literal["sync", "async"] = "sync"
     # online: collect and learn; offline: learn from `offline.data` only; off2on: the offline phase, then online
@@ -24,6 +27,9 @@ class RunConfig:
     eval_at_start: bool = True
     checkpoint_every: int = 1
     keep_checkpoints: int = 3
+    # reference: a checkpoint lists the replay buffer's trajectories by the shard that holds them (they are read
+    # back from there on resume); copy: it holds a copy of every one (replay.parquet), as checkpoints once did
+    checkpoint_replay: Literal["reference", "copy"] = "reference"
     # trajectories collected by policies more than this many versions behind are dropped (offline data never is)
     max_policy_lag: int | None = None
     episode_timeout_s: float = 120.0
@@ -67,6 +73,6 @@ class MetricsConfig:
     wandb: bool = False
     wandb_project: str = "rlsys"
     wandb_mode: Literal["offline", "online", "disabled"] = "offline"
-    wandb_api_key: str | None = None  # use ${env:WANDB_API_KEY}; never a literal key
+    wandb_api_key: str | None = field(default=None, metadata={"secret": True})  # use ${env:WANDB_API_KEY}
     progress: bool = True
     report: bool = True  # rewrite runs/NAME/report.html after every evaluation and at the end

@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from rlsys.config.errors import ConfigError, shown
 from rlsys.config.yaml_load import load_yaml
 
 RUN_FILES = ("config.yaml", "metrics.jsonl", "checkpoints")  # a folder holding any of these is an rlsys run
+REMOTE_SCHEMES = ("s3", "gs", "gcs")  # run.output_dir in an object store (rlsys.data.storage)
+
+
+def is_remote_uri(location) -> bool:
+    """Whether `location` (run.output_dir, a --resume argument) names a folder in an object store."""
+    return isinstance(location, str) and urlsplit(location).scheme in REMOTE_SCHEMES
 
 
 def check_run_name(name: str) -> None:
@@ -73,7 +80,7 @@ MODEL_KEYS = (
     ),
     "learner.digiq.representation",
 )
-SESSION_KEYS = ("run.output_dir",)  # set by --resume itself
+SESSION_KEYS = ("run.output_dir", "run.scratch_dir")  # set by --resume itself, or where this machine keeps it
 
 
 def check_resumable(run_dir: Path) -> None:

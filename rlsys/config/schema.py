@@ -11,6 +11,7 @@ from rlsys.config.evaluator import EvaluatorConfig, ProposerConfig
 from rlsys.config.learner import LearnerConfig
 from rlsys.config.policy import PolicyConfig
 from rlsys.config.run import MetricsConfig, OfflineConfig, RayConfig, ReplayConfig, RunConfig, RunnersConfig
+from rlsys.config.run_dir import is_remote_uri
 
 
 @dataclass
@@ -30,4 +31,7 @@ class Config:
 
     @property
     def output_dir(self) -> Path:
+        """The run's folder on this machine; for a remote run.output_dir (s3://, gs://) its local copy."""
+        if is_remote_uri(self.run.output_dir):
+            return Path(self.run.scratch_dir or os.path.join("runs", self.run.name))
         return Path(self.run.output_dir or os.path.join("runs", self.run.name))

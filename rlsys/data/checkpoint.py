@@ -4,6 +4,9 @@ A folder named by its iteration number is therefore always complete; `latest()` 
 anything else, such as the leftovers of a crash in the middle of writing one. Each checkpoint lists
 the sha256 of its files in `manifest.json`, so a file damaged or lost afterwards (a full disk, a torn
 copy) is found before anything is loaded: `newest_intact()` names it and passes over that checkpoint.
+The manifest also lists the trajectory shards the checkpoint's replay buffer is read back from (its
+`references`, with their sizes: they are not copied into it), so a shard lost or cut short is named the same
+way. A remote run folder publishes these folders by writing the manifest last (rlsys.data.storage).
 """
 
 from __future__ import annotations
@@ -42,16 +45,18 @@ def latest(run_dir: Path) -> Path | None:
     return found[-1] if found else None
 
 
-def write(run_dir: Path, iteration: int, fill: Callable[[Path], None], keep: int) -> Path:
-    """Create checkpoint `iteration` by calling `fill(tmp_folder)`, then publish it atomically."""
+def write(run_dir: Path, iteration: int, fill: Callable[[Path], dict | None], keep: int) -> Path:
+    """Create checkpoint `iteration` by calling `fill(tmp_folder)`, then publish it atomically. `fill` may return
+    the files outside the checkpoint that it references ({path relative to the run folder, or absolute: size in
+    bytes}); the manifest lists them."""
     root = checkpoint_root(run_dir)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"{iteration:06d}"
     tmp = root / f".tmp-{iteration:06d}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    fill(tmp)
-    write_manifest(tmp)
+    references = fill(tmp)
+    write_manifest(tmp, references)
     if final.exists():  # the same iteration saved again after a resume
         shutil.rmtree(final)
     os.rename(tmp, final)
@@ -96,9 +101,12 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def write_manifest(folder: Path) -> None:
+def write_manifest(folder: Path, references: dict[str, int] | None = None) -> None:
     files = sorted(p for p in folder.rglob("*") if p.is_file())
-    write_json(folder / MANIFEST, {"sha256": {p.relative_to(folder).as_posix(): sha256(p) for p in files}})
+    manifest = {"sha256": {p.relative_to(folder).as_posix(): sha256(p) for p in files}}
+    if references:
+        manifest["references"] = dict(sorted(references.items()))
+    write_json(folder / MANIFEST, manifest)
 
 
 def verify(folder: Path) -> None:
@@ -111,7 +119,8 @@ def verify(folder: Path) -> None:
         raise CheckpointError(f"{folder / 'policy'}: the policy weights are missing")
     if (folder / MANIFEST).exists():
         try:
-            listed = read_json(folder / MANIFEST)["sha256"]
+            manifest = read_json(folder / MANIFEST)
+            listed, references = manifest["sha256"], manifest.get("references", {})
         except (ValueError, KeyError, TypeError) as e:
             raise CheckpointError(f"{folder / MANIFEST}: unreadable ({e})") from None
         for name, digest in listed.items():
@@ -120,8 +129,25 @@ def verify(folder: Path) -> None:
                 raise CheckpointError(f"{path}: missing")
             if sha256(path) != digest:
                 raise CheckpointError(f"{path}: damaged (its sha256 differs from the one recorded when it was written)")
+        _check_references(folder, references)
         return
     _check_structure(folder)
+
+
+def referenced_path(checkpoint_folder: Path, name: str) -> Path:
+    """Where a file a checkpoint references lives: `name` is absolute or relative to the run folder."""
+    return Path(name) if Path(name).is_absolute() else checkpoint_folder.parent.parent / name
+
+
+def _check_references(folder: Path, references: dict[str, int]) -> None:
+    for name, size in references.items():
+        path = referenced_path(folder, name)
+        if not path.is_file():
+            raise CheckpointError(f"{path}: missing (the checkpoint's replay buffer is read back from it)")
+        if path.stat().st_size != size:
+            raise CheckpointError(
+                f"{path}: damaged (its size differs from the one recorded when the checkpoint referenced it)"
+            )
 
 
 def _check_structure(folder: Path) -> None:

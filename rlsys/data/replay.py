@@ -6,6 +6,12 @@ on the runner that produced it staying alive (docs/architecture.md#data-flow). `
 them (the step critic's transitions, filtered BC's and PAE's data). What it evicts is spilled to the
 run folder and stays in the history (rlsys.data.history), which DigiRL's instruction critic and
 curriculum rank whole: `summaries` and `fetch`.
+
+A checkpoint of the buffer (`save`) references the trajectories the run's shards already hold instead of
+copying them (`run.checkpoint_replay: reference`): `replay.parquet` then lists the stored trajectory ids in
+order with the shard each one is read back from, and only those no shard holds yet are copied, to
+`replay_unsharded.parquet`. With `copy` (and in checkpoints written before references existed)
+`replay.parquet` holds the whole trajectories.
 """
 
 from __future__ import annotations
@@ -14,9 +20,15 @@ import random
 from collections import Counter
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
 from rlsys.core.types import Trajectory
 from rlsys.data import shards as storage
 from rlsys.data.history import Summaries, TrajectoryHistory
+
+UNSHARDED = "replay_unsharded.parquet"
 
 
 class ReplayBuffer:
@@ -42,6 +54,7 @@ class ReplayBuffer:
         self._rng = random.Random(seed)
         self.history = TrajectoryHistory(history_dir)
         self._evicting: list[Trajectory] = []
+        self._shard_index: storage.ShardIndex | None = None
         self.added = 0
         self.rejected_untrainable = 0
         self.evicted = 0
@@ -166,18 +179,42 @@ class ReplayBuffer:
             "spilled": self.history.spilled,
         }
 
-    # -- checkpoints: contents go to a Parquet shard, counters alongside
+    # -- checkpoints: contents referenced in the run's shards (or copied to a Parquet shard), counters alongside
 
-    def save(self, folder: str) -> dict:
+    def save(self, folder: str, sources: list[str] | None = None, root: str | None = None) -> dict:
+        """Write the buffer to the checkpoint `folder` (inside `root`/checkpoints/). `sources`: the shard files or
+        folders that hold its trajectories (the run's `trajectories/`, the offline data), referenced instead of
+        copied; None copies them all. The state returned lists the shards referenced, with their sizes."""
         folder = Path(folder)
-        storage.write_shard(folder / "replay.parquet", self.all())
-        return {
+        state = {
             "counters": self.stats(),
             "rng": _rng_state_to_json(self._rng.getstate()),
             "history": self.history.save(folder / "replay_history.parquet"),
         }
+        if sources is None:
+            storage.write_shard(folder / "replay.parquet", self.all())
+            return state
+        return state | self._save_references(folder, sources, Path(root))
+
+    def _save_references(self, folder: Path, sources: list[str], root: Path) -> dict:
+        if self._shard_index is None or self._shard_index.sources != [Path(s) for s in sources]:
+            self._shard_index = storage.ShardIndex(sources, str(root))
+        stored = self.all()
+        where = self._shard_index.locate([t.id for t in stored])
+        ids = [t.id for t in stored]
+        pq.write_table(
+            pa.table({"trajectory_id": ids, "shard": [where.get(i) for i in ids]}, schema=REFERENCES),
+            folder / "replay.parquet",
+        )
+        unsharded = [t for t in stored if t.id not in where]
+        if unsharded:  # arrived after the iteration's shard was written (async mode)
+            storage.write_shard(folder / UNSHARDED, unsharded)
+        names = sorted(set(where.values()))
+        return {"contents": "reference", "shards": {n: _resolve(root, n).stat().st_size for n in names}}
 
     def load(self, folder: str, state: dict) -> None:
+        """Restore what `save` wrote to `folder`; referenced shards are read from the run folder that holds the
+        checkpoint (`folder`/../..) or where their absolute names point."""
         if "history" in state:  # checkpoints from before the history kept only what was in memory
             self.history.load(Path(folder) / "replay_history.parquet", state["history"])
         self._rebuild([])
@@ -185,7 +222,11 @@ class ReplayBuffer:
         self._versions.clear()
         self._successes = 0
         self._bytes = 0
-        for traj in storage.read_shard(Path(folder) / "replay.parquet"):
+        if state.get("contents") == "reference":
+            trajectories = read_referenced(Path(folder))
+        else:
+            trajectories = storage.read_shard(Path(folder) / "replay.parquet")
+        for traj in trajectories:
             self._store(traj, traj.nbytes())
         counters = state["counters"]
         self.added = counters["added"]
@@ -193,6 +234,33 @@ class ReplayBuffer:
         self.dropped_stale = counters["dropped_stale"]
         self.rejected_untrainable = counters["rejected_untrainable"]
         self._rng.setstate(_rng_state_from_json(state["rng"]))
+
+
+REFERENCES = pa.schema([("trajectory_id", pa.string()), ("shard", pa.string())])  # shard null: in UNSHARDED
+
+
+def read_referenced(folder: Path) -> list[Trajectory]:
+    """The trajectories a checkpoint's `replay.parquet` lists, in its order, each shard read once."""
+    listed = pq.read_table(folder / "replay.parquet").to_pylist()
+    by_shard: dict[str | None, set[str]] = {}
+    for row in listed:
+        by_shard.setdefault(row["shard"], set()).add(row["trajectory_id"])
+    found: dict[str, Trajectory] = {}
+    for name, wanted in by_shard.items():
+        path = folder / UNSHARDED if name is None else _resolve(folder.parent.parent, name)
+        table = storage.read_table(path, storage.STORED_SINCE_THE_START)
+        mask = pc.is_in(table["trajectory_id"], value_set=pa.array(sorted(wanted)))
+        found.update((t.id, t) for t in storage.from_table(table.filter(mask)))
+        missing = wanted - found.keys()
+        if missing:
+            raise storage.StorageError(
+                f"{path}: trajectory {sorted(missing)[0]} is not there, yet {folder / 'replay.parquet'} refers to it"
+            )
+    return [found[row["trajectory_id"]] for row in listed]
+
+
+def _resolve(root: Path, name: str) -> Path:
+    return Path(name) if Path(name).is_absolute() else root / name
 
 
 def _rng_state_to_json(state: tuple) -> list:

@@ -234,3 +234,36 @@ def read_trajectories(folder: str | os.PathLike, skip_damaged: bool = False) -> 
                 raise
             log.warning("skipped a shard: %s", e)
     return out
+
+
+class ShardIndex:
+    """Which shard file of some folders holds each trajectory of interest. A shard is read once, its
+    `trajectory_id` column only; shards are append-only, so what it holds never changes. Names are relative
+    to `root` for shards inside it (the run folder), absolute otherwise."""
+
+    def __init__(self, sources: list[str], root: str):
+        self.sources = [Path(s) for s in sources]
+        self.root = Path(root).resolve()
+        self._seen: set[Path] = set()
+        self._where: dict[str, str] = {}
+
+    def locate(self, ids: list[str]) -> dict[str, str]:
+        """The shard of every id in `ids` that a shard holds; ids no shard holds are left out."""
+        wanted = set(ids)
+        self._where = {i: shard for i, shard in self._where.items() if i in wanted}
+        for path in self._shard_files():
+            names = read_table(path, ["trajectory_id"])["trajectory_id"].to_pylist()
+            self._seen.add(path)
+            name = self._name(path)
+            self._where.update((i, name) for i in names if i in wanted)
+        return {i: self._where[i] for i in ids if i in self._where}
+
+    def _shard_files(self) -> list[Path]:
+        found = []
+        for source in self.sources:
+            files = [source] if source.is_file() else sorted(source.glob("shard-*.parquet"))
+            found += [f.resolve() for f in files if f.resolve() not in self._seen]
+        return found
+
+    def _name(self, path: Path) -> str:
+        return path.relative_to(self.root).as_posix() if path.is_relative_to(self.root) else str(path)

@@ -75,3 +75,34 @@ def test_the_manifest_lists_every_file(run):
     manifest = json.loads((checkpoint.latest(run) / checkpoint.MANIFEST).read_text())
     assert set(manifest["sha256"]) == {"policy/model.safetensors", "policy/config.json", "learner.pt",
                                        "replay.parquet", "state.json"}  # fmt: skip
+
+
+def test_a_lost_or_cut_short_referenced_shard_is_named_and_passed_over(tmp_path):
+    """A checkpoint whose replay buffer is read back from the run's shards lists them, with their sizes."""
+    shards = tmp_path / "trajectories"
+    shards.mkdir()
+    for i in (1, 2):
+        (shards / f"shard-00000{i}.parquet").write_bytes(b"s" * 100 * i)
+
+    def fill_referencing(names):
+        def fill_it(folder):
+            fill(folder)
+            return {f"trajectories/{n}": (shards / n).stat().st_size for n in names}
+
+        return fill_it
+
+    checkpoint.write(tmp_path, 1, fill_referencing(["shard-000001.parquet"]), keep=3)
+    checkpoint.write(tmp_path, 2, fill_referencing(["shard-000001.parquet", "shard-000002.parquet"]), keep=3)
+    manifest = json.loads((checkpoint.latest(tmp_path) / checkpoint.MANIFEST).read_text())
+    assert manifest["references"] == {
+        "trajectories/shard-000001.parquet": 100,
+        "trajectories/shard-000002.parquet": 200,
+    }
+    assert checkpoint.newest_intact(tmp_path) == (tmp_path / "checkpoints" / "000002", [])
+
+    truncate(shards / "shard-000002.parquet")
+    found, ((path, reason),) = checkpoint.newest_intact(tmp_path)
+    assert found.name == "000001" and str(shards / "shard-000002.parquet") in reason and "size differs" in reason
+    (shards / "shard-000002.parquet").unlink()
+    found, ((path, reason),) = checkpoint.newest_intact(tmp_path)
+    assert found.name == "000001" and "missing" in reason

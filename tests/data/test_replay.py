@@ -1,10 +1,12 @@
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 import ray
 
 from rlsys.actors.replay import ReplayBufferActor
 from rlsys.core.types import Observation, Step, Task, Trajectory
-from rlsys.data.replay import ReplayBuffer
+from rlsys.data.replay import UNSHARDED, ReplayBuffer
+from rlsys.data.shards import read_shard, to_table, write_shard
 from tests.data.test_storage import trajectory
 
 
@@ -146,3 +148,65 @@ def test_a_huge_instruction_counts():
     small = traj.nbytes()
     traj.task.instruction = "x" * 5_000_000
     assert traj.nbytes() >= small + 5_000_000
+
+
+def test_a_checkpoint_references_the_shards_instead_of_copying_and_restores_the_same_buffer(tmp_path):
+    """run.checkpoint_replay: reference. The checkpoint holds trajectory ids and shard names, not screenshots;
+    resume reads them back from the run's shards and the offline data, in order, with the same RNG."""
+    from rlsys.data.shards import ShardWriter
+
+    run, offline = tmp_path / "run", tmp_path / "offline.parquet"
+    offline_data = [trajectory(3, version=-1, seed=100 + i) for i in range(2)]
+    write_shard(offline, offline_data)
+    writer = ShardWriter(run / "trajectories")
+    buf = ReplayBuffer(capacity=6, max_bytes=1 << 30, seed=3, history_dir=str(run / "replay"))
+    buf.add(offline_data)
+    for it in range(3):
+        batch = [trajectory(3, version=it, seed=10 * it + i) for i in range(3)]
+        buf.add(batch)
+        writer.write(batch, it + 1)
+    late = trajectory(2, seed=99)  # in the buffer, not yet in a shard (arrived after the iteration's was written)
+    buf.add([late])
+    sources = [str(run / "trajectories"), str(offline)]
+
+    folder = run / "checkpoints" / "000003"
+    folder.mkdir(parents=True)
+    state = buf.save(str(folder), sources, str(run))
+    assert state["contents"] == "reference"
+    assert state["shards"] == {
+        f"trajectories/shard-00000{i}.parquet": (run / "trajectories" / f"shard-00000{i}.parquet").stat().st_size
+        for i in (1, 2)
+    }  # fmt: skip - the oldest shard was evicted whole
+    listed = pq.read_table(folder / "replay.parquet")
+    assert listed.column_names == ["trajectory_id", "shard"]  # no screenshots, no steps
+    assert listed["trajectory_id"].to_pylist() == [t.id for t in buf.all()]
+    assert [t.id for t in read_shard(folder / UNSHARDED)] == [late.id]
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    buf.save(str(copy))  # run.checkpoint_replay: copy
+    assert (folder / "replay.parquet").stat().st_size * 5 < (copy / "replay.parquet").stat().st_size
+
+    again = ReplayBuffer(capacity=6, max_bytes=1 << 30, seed=99, history_dir=str(run / "replay"))
+    again.load(str(folder), state)
+    assert to_table(again.all()).equals(to_table(buf.all()))  # every field of every trajectory, in the same order
+    restored, saved = again.stats(), buf.stats()
+    assert restored.pop("bytes") == sum(t.nbytes() for t in again.all()) and saved.pop("bytes") > 0  # measured
+    assert restored == saved and len(again.summaries()) == len(buf.summaries())
+    assert [t.id for t in again.sample(3)] == [t.id for t in buf.sample(3)]
+    assert to_table(again.fetch([offline_data[0].id])).equals(to_table(offline_data[:1]))  # from its spill shard
+
+
+def test_a_referenced_shard_that_lost_a_trajectory_is_named(tmp_path):
+    from rlsys.data.shards import ShardWriter, StorageError
+
+    run = tmp_path / "run"
+    batch = [trajectory(2, seed=i) for i in range(2)]
+    shard = ShardWriter(run / "trajectories").write(batch, 1)
+    buf = ReplayBuffer(capacity=6, max_bytes=1 << 30)
+    buf.add(batch)
+    folder = run / "checkpoints" / "000001"
+    folder.mkdir(parents=True)
+    state = buf.save(str(folder), [str(run / "trajectories")], str(run))
+    write_shard(shard, batch[:1])  # the shard no longer holds the second one
+    with pytest.raises(StorageError, match=f"{shard}.*{batch[1].id}"):
+        ReplayBuffer(capacity=6, max_bytes=1 << 30).load(str(folder), state)

@@ -80,9 +80,11 @@ def test_eval_cli_scores_a_checkpoint(sync_run, tmp_path, capsys):
     final = checkpoint.latest(cfg.output_dir)
     assert eval_main(["--config", str(config_file), "--checkpoint", str(final), "run.eval_episodes=4"]) == 0
     out = capsys.readouterr().out
-    summary = json.loads((final / "eval.json").read_text())
+    results = cfg.output_dir / "evals" / final.name  # beside the run's own evaluations, not in the checkpoint
+    assert not (final / "eval.json").exists()
+    summary = json.loads((results / "eval.json").read_text())
     assert summary["eval/episodes"] == 4 and "overall" in out and "click-test-2" in out
-    kept = read_trajectories(final / "eval")  # the episodes behind the numbers are kept
+    kept = read_trajectories(results / "episodes")  # the episodes behind the numbers are kept
     judged = [t for t in kept if t.trainable]
     successes = sum(t.outcome == "success" for t in judged)
     assert len(kept) == 4 and successes == round(len(judged) * summary["eval/success_rate"])

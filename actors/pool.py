@@ -7,7 +7,9 @@ runner is probed with status() each `runners.health_interval_s`; one that dies, 
 deadline or leaves a probe unanswered for `runners.health_timeout_s` is killed and re-created, after a
 backoff that doubles while its slot keeps failing. The episode it was playing is reported as an
 `env_error` trajectory, counted and stored but never trained on. `runners.max_restarts` bounds the
-re-creations over a run.
+re-creations over a run. Each replacement is a warning on the driver's console with the runner's name and
+the error's text (its exception, or why Ray says it died); so is each `env_error` a runner survived (a
+broken browser), at most three a minute per slot (`rlsys.core.remote_errors`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from rlsys.actors.inference_server import start_servers
 from rlsys.actors.runner import RemoteEnvRunner
 from rlsys.config import Config
-from rlsys.core.failures import headline
+from rlsys.core.remote_errors import FailureLog, cause_text
 from rlsys.core.types import Task, Trajectory
 from rlsys.envs.evaluators.pool import start_pool
 
@@ -80,6 +82,7 @@ class RunnerPool:
         self._probes: dict[ray.ObjectRef, _Probe] = {}
         self._cooling: dict[int, float] = {}  # slot -> when its next runner may be created
         self._warned_unplaced: set[int] = set()
+        self.failures = FailureLog(log)
         self._idle: list[int] = []
         self._next_probe = time.monotonic() + cfg.runners.health_interval_s
         self.runners = [None] * n
@@ -130,7 +133,7 @@ class RunnerPool:
         self._failures[slot] += 1
         backoff = self.cfg.runners.restart_backoff_s * 2 ** (self._failures[slot] - 1)
         delay = min(self.cfg.runners.restart_backoff_max_s, backoff)
-        log.warning("%s%s replaced in %.1fs: %s", self._name(slot), where, delay, why)
+        log.warning("%s%s replaced in %.1fs: %s", self._name(slot), where, delay, why)  # max_restarts bounds these
         ray.kill(self.runners[slot], no_restart=True)
         if slot in self._idle:
             self._idle.remove(slot)
@@ -201,13 +204,19 @@ class RunnerPool:
         try:
             trajectory = ray.get(ref, timeout=60)
         except RayTaskError as e:  # an exception no env or policy handler knew: a fresh runner is safest
-            cause = e.cause if e.cause is not None else e
-            return self._fail(ep, f"runner raised mid-episode: {type(cause).__name__}: {headline(cause)}")
-        except (RayActorError, GetTimeoutError) as e:
+            return self._fail(ep, f"runner raised mid-episode: {cause_text(e)}")
+        except RayActorError as e:
+            return self._fail(ep, f"runner died mid-episode: {cause_text(e)}")
+        except GetTimeoutError as e:
             return self._fail(ep, f"runner died mid-episode: {type(e).__name__}")
         self._idle.append(ep.slot)
         if trajectory.outcome != "env_error":
             self._failures[ep.slot] = 0
+        else:  # the runner caught it (a broken browser, a hosted policy without an answer) and goes on
+            where = f"{self._name(ep.slot)}{self._where(ep.slot)}"
+            self.failures.warn(
+                f"runner-{ep.slot}", f"{where}: episode {ep.task.id} ended as env_error: {trajectory.error}"
+            )
         return trajectory, ep.explore
 
     def _started(self, ref, probe: _Probe) -> None:
@@ -216,7 +225,7 @@ class RunnerPool:
         try:
             self.placement[probe.slot] = ray.get(ref, timeout=60)
         except (RayActorError, GetTimeoutError) as e:
-            self._replace(probe.slot, f"runner failed to start: {headline(e)}")
+            self._replace(probe.slot, f"runner failed to start: {cause_text(e)}")
             return
         if probe.slot in self._warned_unplaced:
             log.warning("%s started%s", self._name(probe.slot), self._where(probe.slot))
@@ -231,7 +240,7 @@ class RunnerPool:
             ray.get(ref, timeout=60)
         except (RayActorError, GetTimeoutError) as e:
             if probe.slot in self._idle:
-                self._replace(probe.slot, f"runner died while idle: {headline(e)}")
+                self._replace(probe.slot, f"runner died while idle: {cause_text(e)}")
 
     def _overdue(self, now: float) -> list[tuple[Trajectory, bool]]:
         failed, limit, probe_limit = [], self.episode_limit_s, self.cfg.runners.health_timeout_s

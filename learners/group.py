@@ -1,7 +1,8 @@
 """The learners as the driver sees them: N Learner actors, `learner-0` … `learner-{N-1}`, training one
 model with data parallelism. Each iteration's sample is drawn once from the replay buffer and handed to
 every rank; rank 0 publishes weights and writes checkpoints. A learner that dies or stops answering
-ends the call with LearnerFailed, naming which one and where."""
+ends the call with LearnerFailed, naming which one, where, and the error's text (the exception it raised, in
+its constructor too, or what Ray says killed it)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from rlsys.config import Config
-from rlsys.core.failures import RunFailed, headline
+from rlsys.core.failures import RunFailed
+from rlsys.core.remote_errors import cause_text, remote_traceback
 from rlsys.learners.learner import RemoteLearner
 
 log = logging.getLogger(__name__)
@@ -73,9 +75,10 @@ class LearnerGroup:
                 except Exception:
                     pass
         rank = refs.index(ref)
-        if isinstance(error, RayActorError):
-            return LearnerFailed(f"learner-{rank} died during {what}: {headline(error)}")
-        return LearnerFailed(f"learner-{rank} failed during {what}: {error}")
+        verb = "died" if isinstance(error, RayActorError) else "failed"
+        message = f"learner-{rank} {verb} during {what}: {cause_text(error)}"
+        traceback = remote_traceback(error)
+        return LearnerFailed(message + (f"\nlearner-{rank}'s traceback: {traceback}" if traceback else ""))
 
     def start_update(self, min_version: int | None, offline_iteration: int | None = None) -> list[ray.ObjectRef]:
         """Launch one iteration on every rank; its trajectories are sampled once, after every add this

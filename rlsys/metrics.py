@@ -1,7 +1,8 @@
 """Run metrics: one JSON object per iteration in metrics.jsonl, optional wandb, a progress bar.
 
 With wandb on, an evaluation also logs a table of its episodes (task, outcome, steps, actions, the
-last screen), so the curves come with the episodes behind them.
+last screen), so the curves come with the episodes behind them. The wandb run id is kept in the run
+folder (run_info.json), so `--resume` goes on logging to the same wandb run.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from tqdm import tqdm
 
 from rlsys.config import Config, redacted_dict
 from rlsys.core.types import task_group
+from rlsys.run_info import keep_wandb_run_id, wandb_run_id
 
 log = logging.getLogger(__name__)
 
@@ -34,12 +36,14 @@ class MetricsLogger:
             self._wandb = wandb.init(
                 project=cfg.metrics.wandb_project,
                 name=cfg.run.name,
+                id=wandb_run_id(run_dir),  # None for a new run: wandb makes one, kept below for --resume
                 mode=cfg.metrics.wandb_mode,
                 dir=str(run_dir),
                 config=stored_config(Path(run_dir), config_for_logging),
                 resume="allow",
                 settings=wandb.Settings(api_key=cfg.metrics.wandb_api_key) if cfg.metrics.wandb_api_key else None,
             )
+            keep_wandb_run_id(run_dir, self._wandb.id)
 
     def log(self, record: dict, advance: bool = True, episodes: list | None = None) -> None:
         """One iteration's record; `episodes`, the evaluation episodes behind it, go to wandb as a table."""

@@ -1,4 +1,9 @@
-"""Connecting the driver to Ray: a cluster's address, or a one-machine Ray started here."""
+"""Connecting the driver to Ray: a cluster's address, or a one-machine Ray started here.
+
+Which one, in order: `ray.address` in the config (`local` starts one here even inside a cluster);
+`RAY_ADDRESS`, which `ray job submit` sets for every job's driver (and users set by hand); a driver
+started by Ray's job supervisor without it; otherwise a Ray instance of its own, on 127.0.0.1.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,9 @@ from rlsys.config import Config
 SUBREAPER = "RAY_kill_child_processes_on_worker_exit_with_raylet_subreaper"
 # Ray's switch for one-machine Ray (the default on macOS and Windows): the node's IP is loopback.
 ONE_MACHINE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+ADDRESS_VARIABLE = "RAY_ADDRESS"
+# What Ray's job supervisor gives a job's driver (with RAY_ADDRESS, in Ray 2.x).
+JOB_DRIVER_VARIABLE = "RAY_JOB_CONFIG_JSON_ENV_VAR"
 
 
 def bind_to_loopback() -> None:
@@ -29,14 +37,28 @@ def bind_to_loopback() -> None:
     ray_constants.ENABLE_RAY_CLUSTER = False
 
 
+def cluster_address(cfg: Config) -> str | None:
+    """The cluster to join (an address, or `auto` for Ray to find it), or None to start Ray here."""
+    if cfg.ray.address:
+        return None if cfg.ray.address == "local" else cfg.ray.address
+    if os.environ.get(ADDRESS_VARIABLE) or os.environ.get(JOB_DRIVER_VARIABLE):
+        return "auto"  # Ray reads RAY_ADDRESS itself, and finds the job's cluster without it
+    return None
+
+
 def init_ray(cfg: Config) -> tuple[bool, str | None]:
     """Connect to (or start) Ray. Returns whether this call started the connection (False when
-    the process was already connected), and the dashboard address when there is one."""
+    the process was already connected), and the dashboard address when there is one.
+
+    Actors' own output stays in Ray's session logs (`log_to_driver=False`: browsers and model loading
+    are noisy); what fails in a runner or a learner reaches the console through the runner pool and
+    the learner group."""
     if ray.is_initialized():
         return False, None
     os.environ.setdefault(SUBREAPER, "true")
-    if cfg.ray.address:
-        ctx = ray.init(address=cfg.ray.address, log_to_driver=False)
+    address = cluster_address(cfg)
+    if address is not None:
+        ctx = ray.init(address=address, log_to_driver=False)
     else:
         bind_to_loopback()
         ctx = ray.init(

@@ -527,16 +527,27 @@ def header_section(
     )
 
 
+def run_info_tables(info) -> str:
+    """run_info.json: one table per session (the first run, each --resume), then what the run keeps besides."""
+    if not isinstance(info, dict):
+        return f"<pre>{esc(json.dumps(info))}</pre>"
+    sessions = info.get("sessions") if isinstance(info.get("sessions"), list) else []
+    rest = {k: v for k, v in info.items() if k != "sessions" or not sessions}
+    tables = [
+        f"<h4>{'resumed' if s.get('resumed') else 'started'} {esc(s.get('started', ''))}</h4>{key_value_table(s)}"
+        for s in sessions
+        if isinstance(s, dict)
+    ]
+    return "".join(tables) + (key_value_table(rest) if rest else "")
+
+
 def provenance_section(config_text: str | None, run_dir: Path) -> str:
     parts = []
     info_path = run_dir / "run_info.json"
     if info_path.is_file():
         try:
             info = json.loads(info_path.read_text())
-            parts.append(
-                "<h3>Provenance (run_info.json)</h3>"
-                + (key_value_table(info) if isinstance(info, dict) else f"<pre>{esc(json.dumps(info))}</pre>")
-            )
+            parts.append("<h3>Provenance (run_info.json)</h3>" + run_info_tables(info))
         except ValueError as e:
             parts.append(f'<div class="problem">run_info.json does not parse: {esc(e)}</div>')
     if config_text is not None:

@@ -31,15 +31,18 @@ from rlsys.actors.replay import ReplayBufferActor
 from rlsys.actors.weight_store import WeightStore
 from rlsys.collection import Collector
 from rlsys.config import Config, redacted_dict, to_dict
+from rlsys.config.run_dir import is_remote_uri
 from rlsys.core.failures import RunFailed
 from rlsys.data import checkpoint
 from rlsys.data.shards import read_trajectories
+from rlsys.data.storage import RemoteFolder, RunMirror
 from rlsys.envs.tasks import TaskSource
 from rlsys.hooks import hooks_for
 from rlsys.learners.group import LearnerFailed, LearnerGroup
 from rlsys.learners.registry import offline_phase_length, total_iterations
 from rlsys.metrics import MetricsLogger, read_metrics
 from rlsys.report import RunReport
+from rlsys.run_info import record_session
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +50,8 @@ log = logging.getLogger(__name__)
 class Trainer:
     def __init__(self, cfg: Config, run_dir: Path, resume: bool = False):
         self.cfg, self.run_dir = cfg, Path(run_dir)
+        self.mirror = self._start_mirror(resume)
+        record_session(self.run_dir, resumed=resume)  # run_info.json: what produced this session
         self.iteration = 0
         self.offline_iterations = offline_phase_length(cfg)
         self.total_iterations = total_iterations(cfg)
@@ -206,9 +211,9 @@ class Trainer:
             raise RuntimeError("checkpoint requested while the learner is mid-update")
         learner_files = self.learners.save()
 
-        def fill(folder: Path) -> None:
+        def fill(folder: Path) -> dict | None:
             checkpoint.write_files(folder, learner_files)
-            buffer_state = ray.get(self.buffer.save.remote(str(folder)), timeout=600)
+            buffer_state = ray.get(self.buffer.save.remote(str(folder), *self._replay_sources()), timeout=600)
             checkpoint.write_json(
                 folder / "state.json",
                 {
@@ -219,8 +224,32 @@ class Trainer:
                     "replay": buffer_state,
                 },
             )
+            return buffer_state.get("shards")  # what the buffer references instead of copying
 
-        return checkpoint.write(self.run_dir, self.iteration, fill, self.cfg.run.keep_checkpoints)
+        written = checkpoint.write(self.run_dir, self.iteration, fill, self.cfg.run.keep_checkpoints)
+        if self.mirror is not None:
+            self.mirror.publish_checkpoint(written, self.cfg.run.keep_checkpoints)
+        return written
+
+    def _replay_sources(self) -> tuple[list[str] | None, str | None]:
+        """The shards a checkpoint's replay buffer may reference (the run's training shards, the offline data)
+        and the run folder; (None, None) copies the buffer into the checkpoint (`run.checkpoint_replay: copy`)."""
+        if self.cfg.run.checkpoint_replay == "copy":
+            return None, None
+        sources = [self.run_dir / "trajectories", *map(Path, self.cfg.offline.data)]
+        return [str(s.resolve()) for s in sources], str(self.run_dir.resolve())
+
+    def _start_mirror(self, resume: bool) -> RunMirror | None:
+        """A remote run.output_dir: the run works in its local folder, published there (rlsys.data.storage); a
+        resume first pulls what it needs from there."""
+        if not is_remote_uri(self.cfg.run.output_dir):
+            return None
+        mirror = RunMirror(self.run_dir, RemoteFolder(self.cfg.run.output_dir))
+        if resume:
+            mirror.pull()
+        mirror.start()
+        print(f"the run folder is published to {mirror.remote.uri} at every checkpoint and at the end", flush=True)
+        return mirror
 
     def resume_hint(self) -> str:
         found = checkpoint.latest(self.run_dir)
@@ -228,7 +257,7 @@ class Trainer:
             return f"The run stopped at iteration {self.iteration} with no checkpoint written (run.checkpoint_every)."
         return (
             f"The run stopped at iteration {self.iteration}; the newest checkpoint is {found}. "
-            f"Continue with: python -m rlsys.train --resume {self.run_dir}"
+            f"Continue with: python -m rlsys.train --resume {self.mirror.remote.uri if self.mirror else self.run_dir}"
         )
 
     def _load_offline_data(self) -> None:
@@ -266,6 +295,11 @@ class Trainer:
         self.learners.kill()
         for actor in (self.buffer, self.weight_store):
             ray.kill(actor, no_restart=True)
+        if self.mirror is not None:  # metrics, report and shards written since the last checkpoint
+            try:
+                self.mirror.push()
+            except OSError as e:
+                log.warning("the run's last files could not be published to %s: %s", self.mirror.remote.uri, e)
 
 
 def start_stores(cfg: Config, run_dir: Path) -> tuple:

@@ -37,7 +37,9 @@ class RunConfig:
 
 @dataclass
 class RayConfig:
-    address: str | None = None  # None: start a local instance
+    address: str | None = (
+        None  # None: join the cluster in RAY_ADDRESS (a `ray job submit` job), else start one here; "local": always start one
+    )
     num_cpus: int | None = None
     dashboard: bool = True
     dashboard_host: str = "127.0.0.1"

@@ -37,9 +37,8 @@ class RunConfig:
 
 @dataclass
 class RayConfig:
-    address: str | None = (
-        None  # None: join the cluster in RAY_ADDRESS (a `ray job submit` job), else start one here; "local": always start one
-    )
+    # None: join the cluster in RAY_ADDRESS (a `ray job submit` job), else start one here; "local": always start one
+    address: str | None = None
     num_cpus: int | None = None
     dashboard: bool = True
     dashboard_host: str = "127.0.0.1"

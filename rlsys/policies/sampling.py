@@ -14,7 +14,7 @@ from collections.abc import Callable
 import torch
 
 from rlsys.core.types import ActionSample
-from rlsys.policies.grammar_decoding import grammar_logit_mask
+from rlsys.policies.grammar_decoding import grammar_token_mask
 
 
 def sampling_kwargs(temperature: float, max_new_tokens: int, greedy: bool) -> dict:
@@ -62,8 +62,8 @@ def scored_tokens(
     if suppressed:
         logits = logits.index_fill(-1, torch.tensor(suppressed, device=logits.device), float("-inf"))
     if grammars is not None:
-        constraint = grammar_logit_mask(grammars, table, targets, mask, logits.shape[-1])
-        if constraint is not None:
-            logits = logits + constraint
+        allowed = grammar_token_mask(grammars, table, targets, mask, logits.shape[-1])
+        if allowed is not None:
+            logits = torch.where(allowed, logits, float("-inf"))
     logp = torch.log_softmax(logits, dim=-1).gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
     return logp.masked_fill(~mask, 0.0)

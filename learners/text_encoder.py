@@ -9,17 +9,21 @@ import torch
 from torch import nn
 from transformers import AutoModel, AutoTokenizer, RobertaConfig, RobertaModel
 
+from rlsys.config.model_source import model_folder
+
 TEXT_ENCODER_SEED = 1
 
 
 class TextEncoder(nn.Module):
-    """Pooled sentence vectors from a Hugging Face encoder (`path`) or a tiny byte-level RoBERTa."""
+    """Pooled sentence vectors from a Hugging Face encoder (`path`: a folder or Hub id) or a tiny byte-level
+    RoBERTa."""
 
     def __init__(self, path: str | None, hidden: int, max_tokens: int, seed: int = TEXT_ENCODER_SEED):
         super().__init__()
         if path:
-            self.tokenizer = AutoTokenizer.from_pretrained(path)
-            self.model = AutoModel.from_pretrained(path)
+            folder = model_folder(path, "text_encoder_path")
+            self.tokenizer = AutoTokenizer.from_pretrained(folder)
+            self.model = AutoModel.from_pretrained(folder)
         else:
             from rlsys.policies.presets import byte_tokenizer
 

@@ -15,7 +15,6 @@ Methods:
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import time
 from collections.abc import Sequence
@@ -26,6 +25,7 @@ import numpy as np
 import torch
 
 from rlsys.config import PolicyConfig
+from rlsys.config.model_source import is_hub_id, model_folder
 from rlsys.core.types import Observation, Trajectory
 from rlsys.learners.digiq.screen_change import CHANGE_PROMPT
 
@@ -55,18 +55,20 @@ def _identifying_files(folder: Path) -> list[tuple[str, Path]]:
 
 def model_id(path: str | os.PathLike) -> str:
     """`<folder name>@<16 hex digits>`: a SHA-256 over the relative names and bytes of the folder's
-    config, tokenizer and weight files. A LoRA folder's base counts as if it were its `base/`,
-    whether it is a copy there or a pointer (`base.json`) to another folder, so the id does not
-    depend on where the base lives; it does not depend on where the folder itself lives either."""
-    from rlsys.policies.vlm import ADAPTER_DIR, BASE_DIR, BASE_POINTER
+    config, tokenizer and weight files (for a Hugging Face Hub id, its name and its cached snapshot's).
+    A LoRA folder's base counts as if it were its `base/`, whether it is a copy there or a pointer
+    (`base.json`) to another folder or a Hub id, so the id does not depend on where the base lives; it
+    does not depend on where the folder itself lives either."""
+    from rlsys.policies.vlm import ADAPTER_DIR, BASE_DIR, BASE_POINTER, lora_base
 
-    folder = Path(path).resolve()
+    folder = model_folder(path, MODEL_KEY).resolve()
     if not folder.is_dir():
         raise FileNotFoundError(f"{str(path)!r} is not a model folder")
+    shown = str(path).rsplit("/", 1)[-1] if is_hub_id(path) else folder.name
     files = _identifying_files(folder)
     pointer = folder / BASE_POINTER
     if (folder / ADAPTER_DIR).is_dir() and pointer.is_file():
-        base = Path(json.loads(pointer.read_text())["path"])
+        base, _ = lora_base(folder)
         files = [(rel, p) for rel, p in files if rel != BASE_POINTER]
         files += [(f"{BASE_DIR}/{rel}", p) for rel, p in _identifying_files(base)]
     digest = hashlib.sha256()
@@ -76,13 +78,13 @@ def model_id(path: str | os.PathLike) -> str:
         with open(file, "rb") as f:
             while chunk := f.read(_CHUNK):
                 digest.update(chunk)
-    return f"{folder.name}@{digest.hexdigest()[:16]}"
+    return f"{shown}@{digest.hexdigest()[:16]}"
 
 
 def expected_model_id(value: str) -> str:
-    """The id a config's `learner.digiq.representation.model` stands for: the id of the folder when it
-    is one, else the value itself (an id copied from the extraction's output)."""
-    return model_id(value) if value and Path(value).is_dir() else value
+    """The id a config's `learner.digiq.representation.model` stands for: the id of the folder (or Hub
+    model) when it is one, else the value itself (an id copied from the extraction's output)."""
+    return model_id(value) if value and (Path(value).is_dir() or is_hub_id(value)) else value
 
 
 def change_observation(obs: Observation, action: str) -> Observation:
@@ -92,7 +94,8 @@ def change_observation(obs: Observation, action: str) -> Observation:
 
 
 class RepresentationProvider:
-    """z(s, a) for (observation, action) pairs from the VLM saved at `path` (a plain or a LoRA folder)."""
+    """z(s, a) for (observation, action) pairs from the VLM saved at `path` (a plain or a LoRA folder, or a
+    Hub id)."""
 
     def __init__(
         self,
@@ -115,7 +118,7 @@ class RepresentationProvider:
             dtype=dtype,
             max_new_tokens=max_new_tokens,
         )
-        self.policy = VLMPolicy.from_pretrained(path, cfg, device)
+        self.policy = VLMPolicy.from_pretrained(path, cfg, device, key=MODEL_KEY)
         self.policy.model.eval()
         self.model = self.policy.model
         self.method = method

@@ -8,6 +8,7 @@ from typing import Any
 from rlsys.config.bounds import check_bounds
 from rlsys.config.errors import ConfigError
 from rlsys.config.evaluator import EvaluatorConfig
+from rlsys.config.model_source import is_hub_id, model_folder
 from rlsys.config.run_dir import check_run_name
 from rlsys.config.schema import Config
 
@@ -137,10 +138,15 @@ def check_digiq(cfg: Config) -> None:
 PATH_KEYS = ("policy.path", "policy.vision_path", "evaluator.judge.exemplars")
 DIGIRL_PATH_KEYS = ("learner.digirl.text_encoder_path", "learner.digirl.vision_path")
 DIGIQ_PATH_KEYS = ("learner.digiq.text_encoder_path", "learner.digiq.vision_path", "learner.digiq.critic_path")
+# keys that name a model: a local folder or a Hugging Face Hub id
+MODEL_PATH_KEYS = frozenset(
+    ("policy.path", "policy.vision_path", *DIGIRL_PATH_KEYS, *DIGIQ_PATH_KEYS[:2], "learner.digiq.representation.model")
+)
 
 
 def check_paths(cfg: Config, offline_data: bool = True) -> None:
-    """Every file or folder the config names must exist; the error names the key (run before Ray starts)."""
+    """Every file or folder the config names must exist, and every Hub id must be in the Hugging Face cache
+    (where it is downloaded first unless HF_HUB_OFFLINE is set); the error names the key (run before Ray starts)."""
     keys = PATH_KEYS + (DIGIRL_PATH_KEYS if cfg.learner.algorithm == "digirl" else ())
     keys += DIGIQ_PATH_KEYS if cfg.learner.algorithm == "digiq" else ()
     keys += ("proposer.examples",) if cfg.proposer.every else ()
@@ -148,14 +154,19 @@ def check_paths(cfg: Config, offline_data: bool = True) -> None:
     if offline_data and cfg.run.training != "online":
         named += [(f"offline.data[{i}]", p) for i, p in enumerate(cfg.offline.data)]
     model = cfg.learner.digiq.representation.model
-    if cfg.learner.algorithm == "digiq" and model and "@" not in model and not Path(model).is_dir():
-        raise ConfigError(
-            f"learner.digiq.representation.model: {model} is neither a model folder nor a model id "
-            "(name@hash, as `python -m rlsys.digiq represent` prints it)"
-        )
+    if cfg.learner.algorithm == "digiq" and model and "@" not in model:
+        named.append(("learner.digiq.representation.model", model))
+        if not is_hub_id(model) and not Path(model).is_dir():
+            raise ConfigError(
+                f"learner.digiq.representation.model: {model} is neither a model folder nor a model id (name@hash, "
+                "as `python -m rlsys.digiq represent` prints it) nor a Hugging Face Hub id (org/name)"
+            )
     for key, value in named:
-        if value and not Path(value).exists():
-            raise ConfigError(f"{key}: {value} does not exist (set it to a local path, e.g. {key}=/path/to/it)")
+        if key in MODEL_PATH_KEYS and is_hub_id(value):
+            model_folder(value, key)
+        elif value and not Path(value).exists():
+            hint = "a local folder or a Hugging Face Hub id (org/name)" if key in MODEL_PATH_KEYS else "a local path"
+            raise ConfigError(f"{key}: {value} does not exist (set it to {hint}, e.g. {key}=/path/to/it)")
 
 
 def _get(cfg: Config, dotted: str) -> Any:

@@ -23,6 +23,7 @@ from transformers import (
 from transformers.modeling_outputs import BaseModelOutput
 
 from rlsys.config import PolicyConfig
+from rlsys.config.model_source import model_folder
 from rlsys.core.types import ActionSample, Observation
 from rlsys.policies.base import HFPolicy, torch_dtype
 from rlsys.policies.grammar_decoding import GrammarLogitsProcessor
@@ -96,7 +97,8 @@ class AutoUIPolicy(HFPolicy):
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike, cfg: PolicyConfig, device: str = "cpu") -> AutoUIPolicy:
-        return cls(AutoUIModel.from_pretrained(path), AutoTokenizer.from_pretrained(path), cfg, device)
+        folder = model_folder(path, "policy.path")
+        return cls(AutoUIModel.from_pretrained(folder), AutoTokenizer.from_pretrained(folder), cfg, device)
 
     def save_pretrained(self, path: str | os.PathLike) -> None:
         self.model.save_pretrained(path)

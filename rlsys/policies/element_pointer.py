@@ -38,6 +38,7 @@ import torch
 from torch import nn
 
 from rlsys.config import PolicyConfig
+from rlsys.config.model_source import model_folder
 from rlsys.core.grammar import PRINTABLE, Grammar
 from rlsys.core.types import ActionSample, Observation
 from rlsys.policies.base import ModulePolicy
@@ -351,9 +352,10 @@ class ElementPointerPolicy(ModulePolicy):
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike, cfg: PolicyConfig, device: str = "cpu") -> ElementPointerPolicy:
-        sizes = json.loads((Path(path) / CONFIG_NAME).read_text())
+        folder = model_folder(path, "policy.path")
+        sizes = json.loads((folder / CONFIG_NAME).read_text())
         net = PointerNet(sizes["d_model"], sizes["hidden"])
-        net.load_state_dict(torch.load(Path(path) / WEIGHTS_NAME, map_location="cpu", weights_only=True))
+        net.load_state_dict(torch.load(folder / WEIGHTS_NAME, map_location="cpu", weights_only=True))
         return cls(net, cfg, device)
 
     def save_pretrained(self, path: str | os.PathLike) -> None:

@@ -14,6 +14,7 @@ import torch
 from PIL import Image
 from transformers import Blip2VisionConfig, Blip2VisionModel
 
+from rlsys.config.model_source import model_folder
 from rlsys.core.types import Observation
 
 FEATURE_KEY = "blip2_pooled"
@@ -38,7 +39,7 @@ def tiny_vision(feature_dim: int, image_size: int) -> Blip2VisionModel:
 
 
 class PooledImageFeatures:
-    """A frozen vision tower: `vision_path` (a Blip2VisionModel folder) or a seeded tiny one."""
+    """A frozen vision tower: `vision_path` (a Blip2VisionModel folder or Hub id) or a seeded tiny one."""
 
     def __init__(
         self,
@@ -48,7 +49,10 @@ class PooledImageFeatures:
         device: str = "cpu",
         dtype: torch.dtype = torch.float32,
     ):
-        vision = Blip2VisionModel.from_pretrained(vision_path) if vision_path else tiny_vision(feature_dim, image_size)
+        if vision_path:
+            vision = Blip2VisionModel.from_pretrained(model_folder(vision_path, "vision_path"))
+        else:
+            vision = tiny_vision(feature_dim, image_size)
         if vision.config.hidden_size != feature_dim:
             raise ValueError(
                 f"the vision encoder's hidden size ({vision.config.hidden_size}) must equal the image feature "

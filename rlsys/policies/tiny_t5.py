@@ -13,6 +13,7 @@ import torch
 from transformers import ByT5Tokenizer, LogitsProcessorList, T5Config, T5ForConditionalGeneration
 
 from rlsys.config import PolicyConfig
+from rlsys.config.model_source import model_folder
 from rlsys.core.types import ActionSample, Observation
 from rlsys.policies.base import HFPolicy
 from rlsys.policies.grammar_decoding import GrammarLogitsProcessor
@@ -64,8 +65,9 @@ class TinyT5Policy(HFPolicy):
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike, cfg: PolicyConfig, device: str = "cpu") -> TinyT5Policy:
-        model = T5ForConditionalGeneration.from_pretrained(path)
-        tokenizer = ByT5Tokenizer.from_pretrained(path)
+        folder = model_folder(path, "policy.path")
+        model = T5ForConditionalGeneration.from_pretrained(folder)
+        tokenizer = ByT5Tokenizer.from_pretrained(folder)
         return cls(model, tokenizer, cfg, device)
 
     def save_pretrained(self, path: str | os.PathLike) -> None:

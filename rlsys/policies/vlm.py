@@ -5,6 +5,9 @@ The agent sees the prompt of its action space (PAE's by default: `Thought: ... A
 and the set-of-marks screenshot. LoRA (peft) on the language model's linear layers, optional 4-bit
 loading, gradient checkpointing, bf16 on GPU. With LoRA the base is frozen, so only the adapter
 is published to runners and written to checkpoints next to a pointer to (or a copy of) the base.
+The pointer (`base.json`) names a base from the Hugging Face Hub by id and commit, and a local base by its
+absolute path and, when it is near (in the same run folder), its path relative to the checkpoint, so a run
+folder can move.
 """
 
 from __future__ import annotations
@@ -13,12 +16,14 @@ import importlib.util
 import json
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForImageTextToText, LogitsProcessorList
 
 from rlsys.config import PolicyConfig
+from rlsys.config.model_source import is_hub_id, model_folder, snapshot_revision
 from rlsys.core.types import ActionSample, Observation
 from rlsys.policies.base import HFPolicy, torch_dtype
 from rlsys.policies.grammar_decoding import (
@@ -33,6 +38,53 @@ from rlsys.policies.vlm_inputs import VisionTextInputs
 ADAPTER_DIR = "adapter"
 BASE_DIR = "base"
 BASE_POINTER = "base.json"
+NEAR_LEVELS = 3  # a checkpoint's policy folder is RUN/checkpoints/N/policy: three levels up is the run folder
+
+
+@dataclass(frozen=True)
+class BaseSource:
+    """Where a frozen LoRA base came from: a Hugging Face Hub id (and its commit) or a local folder."""
+
+    name: str  # a Hub id, or an absolute local path
+    revision: str | None = None
+
+    @classmethod
+    def of(cls, value: str | os.PathLike, folder: Path) -> BaseSource:
+        if is_hub_id(value):
+            return cls(str(value), snapshot_revision(folder))
+        return cls(str(Path(value).resolve()))
+
+    def pointer(self, checkpoint: Path) -> dict:
+        """The `base.json` of a checkpoint saved at `checkpoint`."""
+        if is_hub_id(self.name):
+            return {"hub_id": self.name, "revision": self.revision}
+        record = {"absolute": self.name}
+        relative = os.path.relpath(self.name, checkpoint.resolve())
+        common = Path(os.path.commonpath([self.name, checkpoint.resolve()]))
+        if Path(relative).parts.count("..") <= NEAR_LEVELS and common != Path(common.anchor):
+            record["relative"] = relative
+        return record
+
+
+def lora_base(folder: Path) -> tuple[Path, BaseSource | None]:
+    """The local folder of a LoRA checkpoint's frozen base, and where it came from (None: the checkpoint's own
+    `base/` copy). A local base is looked for at its absolute path, then relative to the checkpoint."""
+    pointer = folder / BASE_POINTER
+    if not pointer.is_file():
+        return folder / BASE_DIR, None
+    record = json.loads(pointer.read_text())
+    if record.get("hub_id"):
+        source = BaseSource(record["hub_id"], record.get("revision"))
+        return model_folder(source.name, str(pointer), source.revision), source
+    tried = [Path(record[k]) for k in ("absolute", "relative", "path") if record.get(k)]  # "path": older pointers
+    for candidate in tried:
+        base = candidate if candidate.is_absolute() else folder / candidate
+        if base.is_dir():
+            return base, BaseSource(str(base.resolve()))
+    raise FileNotFoundError(
+        f"{pointer}: the LoRA base folder is not at {' nor '.join(str(p) for p in tried)}; put the base back there "
+        f"or edit {BASE_POINTER}"
+    )
 
 
 def language_model_linear_layers(model: torch.nn.Module) -> list[str]:
@@ -63,12 +115,14 @@ def quantization_config(cfg: PolicyConfig, device: str):
 
 
 class VLMPolicy(HFPolicy):
-    def __init__(self, model, inputs: VisionTextInputs, cfg: PolicyConfig, device: str = "cpu", base_path=None):
+    def __init__(
+        self, model, inputs: VisionTextInputs, cfg: PolicyConfig, device: str = "cpu", base: BaseSource | None = None
+    ):
         self.cfg = cfg
         self.device = device
         self.inputs = inputs
         self.tokenizer = inputs.tokenizer
-        self.base_path = base_path  # where the frozen base came from; None when built from config
+        self.base = base  # where the frozen base came from; None when built from config
         self.version = 0
         if cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -94,15 +148,17 @@ class VLMPolicy(HFPolicy):
         return cls(model, inputs, cfg, device)
 
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike, cfg: PolicyConfig, device: str = "cpu") -> VLMPolicy:
-        path = Path(path)
-        if not path.is_dir():
-            raise FileNotFoundError(f"policy.path {str(path)!r} is not a folder")
-        adapter = path / ADAPTER_DIR
-        base = path
+    def from_pretrained(
+        cls, path: str | os.PathLike, cfg: PolicyConfig, device: str = "cpu", key: str = "policy.path"
+    ) -> VLMPolicy:
+        """A model folder or Hub id, or a LoRA checkpoint (`adapter/` and its base)."""
+        folder = model_folder(path, key)
+        if not folder.is_dir():
+            raise FileNotFoundError(f"{key} {str(path)!r} is not a folder")
+        adapter = folder / ADAPTER_DIR
+        base, source = folder, BaseSource.of(path, folder)
         if adapter.is_dir():
-            pointer = path / BASE_POINTER
-            base = Path(json.loads(pointer.read_text())["path"]) if pointer.exists() else path / BASE_DIR
+            base, source = lora_base(folder)
         model = AutoModelForImageTextToText.from_pretrained(
             base, dtype=torch_dtype(cfg, device), quantization_config=quantization_config(cfg, device)
         )
@@ -110,12 +166,11 @@ class VLMPolicy(HFPolicy):
             from peft import PeftModel
 
             model = PeftModel.from_pretrained(model, adapter, is_trainable=True)
-        base_path = base if base != path / BASE_DIR else None
-        return cls(model, VisionTextInputs.from_pretrained(base), cfg, device, base_path=base_path)
+        return cls(model, VisionTextInputs.from_pretrained(base), cfg, device, base=source)
 
     def save_pretrained(self, path: str | os.PathLike) -> None:
-        """Plain models: the HF layout. LoRA: `adapter/` plus the base, as a pointer when it came
-        from a folder (it is frozen, so copying 14 GB per checkpoint buys nothing) or a copy."""
+        """Plain models: the HF layout. LoRA: `adapter/` plus the base, as a pointer when it came from a folder
+        or the Hub (it is frozen, so copying 14 GB per checkpoint buys nothing), else a copy."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         if not _is_peft(self.model):
@@ -123,8 +178,8 @@ class VLMPolicy(HFPolicy):
             self.inputs.save_pretrained(path)
             return
         self.model.save_pretrained(path / ADAPTER_DIR)
-        if self.base_path is not None:
-            (path / BASE_POINTER).write_text(json.dumps({"path": str(Path(self.base_path).resolve())}))
+        if self.base is not None:
+            (path / BASE_POINTER).write_text(json.dumps(self.base.pointer(path), indent=1) + "\n")
         else:
             base = self.model.get_base_model()
             base.save_pretrained(path / BASE_DIR, state_dict=_without_lora(base.state_dict()))

@@ -74,8 +74,45 @@ def test_the_wheel_holds_only_the_rlsys_namespace_with_its_configs_and_templates
         assert expected in names, expected
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     scripts = zipfile.ZipFile(wheel).read(entry_points).decode()
-    for script in ("rlsys-train", "rlsys-eval", "rlsys-data", "rlsys-digiq", "rlsys-propose-tasks", "rlsys-report"):
+    for script in (
+        "rlsys-train",
+        "rlsys-eval",
+        "rlsys-data",
+        "rlsys-digiq",
+        "rlsys-propose-tasks",
+        "rlsys-report",
+        "rlsys-models",
+    ):
         assert f"{script} = " in scripts
+
+
+def test_the_installed_wheel_resolves_a_hub_id_offline_from_a_filled_cache(venv, tmp_path):
+    """A config naming its policy by Hub id, in a fresh virtual environment with the network off: the model comes
+    from the Hugging Face cache the environment names, through the real from_pretrained."""
+    sys.path.insert(0, str(ROOT / "tests" / "policies"))
+    from hub_cache import fill_hub_cache
+
+    from rlsys.config import PolicyConfig
+    from rlsys.policies import build_policy
+
+    build_policy(PolicyConfig(kind="tiny_t5"), seed=0).save_pretrained(tmp_path / "saved")
+    fill_hub_cache(tmp_path / "cache", "tiny-org/tiny-t5", tmp_path / "saved")
+    (tmp_path / "run.yaml").write_text(
+        f"policy: {{kind: tiny_t5, path: tiny-org/tiny-t5}}\nrun: {{output_dir: {tmp_path / 'runs'}}}\n"
+    )
+    script = (
+        "import sys, rlsys\nfrom rlsys.config import load_config, check_paths\n"
+        "from rlsys.policies import build_policy\n"
+        "cfg = load_config(sys.argv[1]); check_paths(cfg); policy = build_policy(cfg.policy)\n"
+        "print(type(policy).__name__, rlsys.__file__)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env |= {"HF_HUB_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1"}
+    args = [venv / "bin" / "python", "-c", script, tmp_path / "run.yaml"]
+    done = subprocess.run([str(a) for a in args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    kind, location = done.stdout.split()[-2:]
+    assert kind == "TinyT5Policy" and location.startswith(str(site_packages(venv)))
 
 
 def test_installed_next_to_pypi_envs_both_work_from_a_repo_with_its_own_envs(venv, tmp_path):

@@ -172,7 +172,7 @@ def test_lora_on_a_base_folder_saves_a_pointer_not_a_copy(tmp_path):
     obs, actions = train_a_little(policy)
     policy.save_pretrained(tmp_path / "ckpt")
     assert not (tmp_path / "ckpt" / "base").exists()
-    assert json.loads((tmp_path / "ckpt" / "base.json").read_text())["path"] == str((tmp_path / "base").resolve())
+    assert json.loads((tmp_path / "ckpt" / "base.json").read_text())["absolute"] == str((tmp_path / "base").resolve())
     loaded = build_policy(lora_config("llava", path=str(tmp_path / "ckpt")))
     torch.testing.assert_close(loaded.log_probs(obs, actions), policy.log_probs(obs, actions))
 

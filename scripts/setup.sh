@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Installs rlsys and what it needs on a Debian/Ubuntu machine: Chromium and its driver from
-# the distribution, the CPU build of PyTorch, then the package with its web and test extras.
+# the distribution, PyTorch (pinned), then the package with its web and test extras.
+# PyTorch is the CPU build only where pip is offered one (a local wheel, or PyTorch's CPU index:
+# `pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu` beforehand); from
+# PyPI on Linux x86_64 the same pin is the CUDA build, about 1 GB plus some 18 NVIDIA runtime
+# packages. For GPUs and released models: scripts/setup-gpu.sh and docs/real-models.md.
 # `--test` also installs the documentation sites (Debian doc packages) the tests and benchmarks
 # serve on 127.0.0.1 as real pages nobody here wrote.
 set -euo pipefail
@@ -19,4 +23,5 @@ fi
 PY=${PYTHON:-python3}
 # torch first, pinned: an unpinned torch would pull several GB of CUDA packages.
 $PY -m pip install -q "torch==${TORCH_VERSION:-2.13.0}"
-$PY -m pip install -q -e ".[web,android,dev]"
+# every other package at the version CI last passed with (constraints.txt, written by scripts/lock.py)
+$PY -m pip install -q -c constraints.txt -e ".[web,android,dev]"

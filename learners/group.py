@@ -96,12 +96,12 @@ class LearnerGroup:
     def publish(self) -> int:
         return self.get([self.actors[0].publish.remote()], "publishing weights", 600)[0]
 
-    def save(self) -> dict[str, bytes]:
-        return self.get([self.actors[0].save.remote()], "saving a checkpoint", 600)[0]
+    def save(self, at: str | None = None) -> dict[str, bytes]:
+        return self.get([self.actors[0].save.remote(at)], "saving a checkpoint", 600)[0]
 
-    def load(self, files: dict[str, bytes]) -> int:
+    def load(self, files: dict[str, bytes], at: str | None = None) -> int:
         ref = ray.put(files)  # one copy in the object store, however many ranks read it
-        return self.get(self.call("load", ref), "loading a checkpoint", 600)[0]
+        return self.get(self.call("load", ref, at), "loading a checkpoint", 600)[0]
 
     def critic_stage(self) -> dict:
         return self.get([self.actors[0].critic_stage.remote()], "the critic stage", 3600)[0]

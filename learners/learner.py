@@ -24,6 +24,7 @@ from rlsys.learners.registry import build_algorithm
 from rlsys.learners.selection import policy_lag
 from rlsys.policies import build_policy
 from rlsys.policies.devices import pick_device
+from rlsys.policies.vlm import base_pointer_for, base_pointer_from
 from rlsys.policies.weights import pack_state_dict
 
 
@@ -124,11 +125,15 @@ class Learner:
 
     # -- checkpoints
 
-    def save(self) -> dict[str, bytes]:
-        """Rank 0's job: Hugging Face writes weights from the main process of a group only."""
+    def save(self, at: str | None = None) -> dict[str, bytes]:
+        """Rank 0's job: Hugging Face writes weights from the main process of a group only. `at`: the policy
+        folder of the checkpoint the files go to, which a LoRA base's path relative to the run is taken from."""
         with tempfile.TemporaryDirectory() as tmp:
-            self.policy.save_pretrained(Path(tmp) / "policy")
-            files = checkpoint.read_files(Path(tmp) / "policy", "policy")
+            folder = Path(tmp) / "policy"
+            self.policy.save_pretrained(folder)
+            if at:
+                base_pointer_for(folder, Path(at))
+            files = checkpoint.read_files(folder, "policy")
         state = {
             "version": self.version,
             "algorithm": self.algorithm.state_dict(),
@@ -140,9 +145,13 @@ class Learner:
         files["learner.pt"] = buf.getvalue()
         return files
 
-    def load(self, files: dict[str, bytes]) -> int:
+    def load(self, files: dict[str, bytes], at: str | None = None) -> int:
+        """`at`: the policy folder of the checkpoint the files come from, which a LoRA base's path relative to the
+        run is read from (the run folder may have moved since it was written)."""
         with tempfile.TemporaryDirectory() as tmp:
             checkpoint.write_files(Path(tmp), {k: v for k, v in files.items() if k.startswith("policy/")})
+            if at:
+                base_pointer_from(Path(tmp) / "policy", Path(at))
             loaded = build_policy(replace(self.cfg.policy, path=str(Path(tmp) / "policy")), device=self.device)
         self.policy.load_state_dict(loaded.state_dict())
         state = torch.load(io.BytesIO(files["learner.pt"]), weights_only=True)

@@ -209,7 +209,8 @@ class Trainer:
     def save_checkpoint(self) -> Path:
         if self._pending_update is not None:
             raise RuntimeError("checkpoint requested while the learner is mid-update")
-        learner_files = self.learners.save()
+        at = checkpoint.checkpoint_root(self.run_dir.absolute()) / f"{self.iteration:06d}" / "policy"
+        learner_files = self.learners.save(str(at))  # where a LoRA base's path relative to the run is taken from
 
         def fill(folder: Path) -> dict | None:
             checkpoint.write_files(folder, learner_files)
@@ -277,7 +278,7 @@ class Trainer:
         state = checkpoint.read_json(found / "state.json")
         files = checkpoint.read_files(found / "policy", "policy")
         files["learner.pt"] = (found / "learner.pt").read_bytes()
-        self.learners.load(files)
+        self.learners.load(files, str(found.absolute() / "policy"))
         ray.get(self.buffer.load.remote(str(found), state["replay"]), timeout=600)
         self.iteration = state["iteration"]
         self.collector.counters = Counter(state["counters"])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import os
 from pathlib import Path
 from typing import Any
 
@@ -147,6 +149,23 @@ MODEL_PATH_KEYS = frozenset(
 def check_paths(cfg: Config, offline_data: bool = True) -> None:
     """Every file or folder the config names must exist, and every Hub id must be in the Hugging Face cache
     (where it is downloaded first unless HF_HUB_OFFLINE is set); the error names the key (run before Ray starts)."""
+    model = cfg.learner.digiq.representation.model
+    if cfg.learner.algorithm == "digiq" and model and "@" not in model:
+        if not is_hub_id(model) and not Path(model).is_dir():
+            raise ConfigError(
+                f"learner.digiq.representation.model: {model} is neither a model folder nor a model id (name@hash, "
+                "as `python -m rlsys.digiq represent` prints it) nor a Hugging Face Hub id (org/name)"
+            )
+    for key, value in named_paths(cfg, offline_data):
+        if key in MODEL_PATH_KEYS and is_hub_id(value):
+            model_folder(value, key)
+        elif value and not Path(value).exists():
+            hint = "a local folder or a Hugging Face Hub id (org/name)" if key in MODEL_PATH_KEYS else "a local path"
+            raise ConfigError(f"{key}: {value} does not exist (set it to {hint}, e.g. {key}=/path/to/it)")
+
+
+def named_paths(cfg: Config, offline_data: bool = True) -> list[tuple[str, Any]]:
+    """(key, value) of every file, folder or model the config names for this run (`offline.data[i]` by index)."""
     keys = PATH_KEYS + (DIGIRL_PATH_KEYS if cfg.learner.algorithm == "digirl" else ())
     keys += DIGIQ_PATH_KEYS if cfg.learner.algorithm == "digiq" else ()
     keys += ("proposer.examples",) if cfg.proposer.every else ()
@@ -156,17 +175,30 @@ def check_paths(cfg: Config, offline_data: bool = True) -> None:
     model = cfg.learner.digiq.representation.model
     if cfg.learner.algorithm == "digiq" and model and "@" not in model:
         named.append(("learner.digiq.representation.model", model))
-        if not is_hub_id(model) and not Path(model).is_dir():
-            raise ConfigError(
-                f"learner.digiq.representation.model: {model} is neither a model folder nor a model id (name@hash, "
-                "as `python -m rlsys.digiq represent` prints it) nor a Hugging Face Hub id (org/name)"
-            )
-    for key, value in named:
-        if key in MODEL_PATH_KEYS and is_hub_id(value):
-            model_folder(value, key)
-        elif value and not Path(value).exists():
-            hint = "a local folder or a Hugging Face Hub id (org/name)" if key in MODEL_PATH_KEYS else "a local path"
-            raise ConfigError(f"{key}: {value} does not exist (set it to {hint}, e.g. {key}=/path/to/it)")
+    return named
+
+
+def with_absolute_paths(cfg: Config) -> Config:
+    """A copy of `cfg` (checked by `check_paths`) whose local paths are absolute, for the processes Ray starts:
+    their working directory is not the driver's (other nodes, a job's working_dir), where a relative path
+    names another file, or reads as a Hub id. Hub ids stay ids; the config the user wrote is left as it is."""
+    out = copy.deepcopy(cfg)
+    for key, value in named_paths(cfg):
+        if value and not (key in MODEL_PATH_KEYS and is_hub_id(value)):
+            _set(out, key, os.path.abspath(os.path.expanduser(value)))
+    return out
+
+
+def _set(cfg: Config, dotted: str, value: str) -> None:
+    *parents, name = dotted.split(".")
+    node: Any = cfg
+    for part in parents:
+        node = getattr(node, part)
+    if name.endswith("]"):  # offline.data[i]
+        name, index = name[:-1].split("[")
+        getattr(node, name)[int(index)] = value
+    else:
+        setattr(node, name, value)
 
 
 def _get(cfg: Config, dotted: str) -> Any:

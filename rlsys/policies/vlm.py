@@ -66,25 +66,51 @@ class BaseSource:
         return record
 
 
-def lora_base(folder: Path) -> tuple[Path, BaseSource | None]:
+def lora_base(folder: Path, anchor: Path | None = None) -> tuple[Path, BaseSource | None]:
     """The local folder of a LoRA checkpoint's frozen base, and where it came from (None: the checkpoint's own
-    `base/` copy). A local base is looked for at its absolute path, then relative to the checkpoint."""
+    `base/` copy). A local base is looked for at its absolute path, then relative to the checkpoint: `anchor`,
+    where `folder` is a copy of, else `folder` itself."""
+    anchor = anchor or folder
     pointer = folder / BASE_POINTER
     if not pointer.is_file():
         return folder / BASE_DIR, None
     record = json.loads(pointer.read_text())
     if record.get("hub_id"):
         source = BaseSource(record["hub_id"], record.get("revision"))
-        return model_folder(source.name, str(pointer), source.revision), source
+        return model_folder(source.name, str(anchor / BASE_POINTER), source.revision), source
     tried = [Path(record[k]) for k in ("absolute", "relative", "path") if record.get(k)]  # "path": older pointers
     for candidate in tried:
-        base = candidate if candidate.is_absolute() else folder / candidate
+        base = candidate if candidate.is_absolute() else anchor / candidate
         if base.is_dir():
             return base, BaseSource(str(base.resolve()))
     raise FileNotFoundError(
-        f"{pointer}: the LoRA base folder is not at {' nor '.join(str(p) for p in tried)}; put the base back there "
-        f"or edit {BASE_POINTER}"
+        f"{anchor / BASE_POINTER}: the LoRA base folder is not at {' nor '.join(str(p) for p in tried)}; put the "
+        f"base back there or edit {BASE_POINTER}"
     )
+
+
+def base_pointer_for(folder: Path, place: Path) -> None:
+    """Make the `base.json` of the LoRA policy saved in `folder` hold where its files will be stored, `place`
+    (the learner saves through a temporary folder): its relative path is computed from `place`."""
+    pointer = folder / BASE_POINTER
+    if pointer.is_file():
+        record = json.loads(pointer.read_text())
+        if record.get("absolute"):
+            _write_pointer(pointer, BaseSource(record["absolute"]).pointer(place))
+
+
+def base_pointer_from(folder: Path, place: Path) -> None:
+    """Make the `base.json` of the LoRA policy in `folder`, a copy of the one stored at `place` (the learner loads
+    through a temporary folder), name the base it finds from `place` by its absolute path: a run folder that moved
+    is found through the path relative to `place`."""
+    pointer = folder / BASE_POINTER
+    if pointer.is_file() and not json.loads(pointer.read_text()).get("hub_id"):
+        base, _ = lora_base(folder, anchor=place)
+        _write_pointer(pointer, {"absolute": str(base.resolve())})
+
+
+def _write_pointer(pointer: Path, record: dict) -> None:
+    pointer.write_text(json.dumps(record, indent=1) + "\n")
 
 
 def language_model_linear_layers(model: torch.nn.Module) -> list[str]:
@@ -179,7 +205,7 @@ class VLMPolicy(HFPolicy):
             return
         self.model.save_pretrained(path / ADAPTER_DIR)
         if self.base is not None:
-            (path / BASE_POINTER).write_text(json.dumps(self.base.pointer(path), indent=1) + "\n")
+            _write_pointer(path / BASE_POINTER, self.base.pointer(path))
         else:
             base = self.model.get_base_model()
             base.save_pretrained(path / BASE_DIR, state_dict=_without_lora(base.state_dict()))

@@ -24,6 +24,10 @@ below verbatim; "new" is `rlsys.policies.grammar_decoding`.
 Teacher forcing: the mask for [32, 12] targets (half the rows a click, half typed text), old float32
 additive mask against the new boolean one, with their sizes.
 
+The `pae` and `coords` spaces' grammars (`Thought:` / `Action Plan:` free text, then the action; points
+as `0.` and up to four digits) had no "old" implementation; their branches are timed the same three
+ways, on pages of the same size, and their teacher-forcing mask for [32, T] targets of whole actions.
+
     python benchmarks/grammar_decoding.py --vocab 32000 152000
 """
 
@@ -45,7 +49,9 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import LogitsProcessor, PreTrainedTokenizerFast
 
+import rlsys.core.grammar as core_grammar
 from rlsys.core.grammar import Grammar
+from rlsys.envs.web.spaces import coords, pae
 from rlsys.envs.web.spaces.element import grammar as element_grammar
 from rlsys.policies.grammar_decoding import GrammarLogitsProcessor, TokenTable, grammar_token_mask
 
@@ -112,12 +118,34 @@ def tokens_for(table: TokenTable, text: str) -> list[int]:
     return ids
 
 
-def page_grammars(batch: int, elements: int) -> list[Grammar]:
+def page_grammars(batch: int, elements: int, space_grammar=element_grammar) -> list[Grammar]:
     pages = []
     for row in range(batch):
         n = elements + row  # a different page per row
-        pages.append(element_grammar([{"editable": i % 10 == 3} for i in range(n)], max_text=32))
+        pages.append(space_grammar([{"editable": i % 10 == 3} for i in range(n)], max_text=32))
     return pages
+
+
+THOUGHT = "Thought: The search box is empty, so I type the name."
+PLAN = "Action Plan: tap the search box"
+SPACE_BRANCHES = {  # what was generated before the timed step
+    "pae, first step": (pae, ""),
+    "pae, thought": (pae, THOUGHT[:50]),
+    "pae, action after the thought": (pae, THOUGHT + "\nAction: Cli"),
+    "pae, typed text": (pae, THOUGHT + "\nAction: Type [3]; [red sh"),
+    "coords, first step": (coords, ""),
+    "coords, plan": (coords, PLAN),
+    "coords, point": (coords, PLAN + ' ; Action Decision: "action_type": "DUAL_POINT", "touch_point": "[0.12'),
+}
+SPACE_ACTIONS = {
+    pae: [THOUGHT + "\nAction: Click [12]", THOUGHT + "\nAction: Type [3]; [red shoes size 9]"],
+    coords: [
+        PLAN + ' ; Action Decision: "action_type": "DUAL_POINT", "touch_point": "[0.1234, 0.5]", '
+        '"lift_point": "[0.1234, 0.5]", "typed_text": ""',
+        PLAN + ' ; Action Decision: "action_type": "TYPE", "touch_point": "[-1.0, -1.0]", '
+        '"lift_point": "[-1.0, -1.0]", "typed_text": "red shoes size 9"',
+    ],
+}
 
 
 # -- the implementation this replaced, verbatim but for taking the table's fields as arguments
@@ -222,12 +250,15 @@ def timed(step, reps: int, before=None) -> dict:
 
 def forget_grammars(table: TokenTable) -> None:
     table._indexes.clear()
+    core_grammar._MATCHERS.clear()
 
 
 def forget_everything(table: TokenTable) -> None:
-    table._indexes.clear()
+    forget_grammars(table)
     table._starting.clear()
     table._fits.clear()
+    table._withins.clear()
+    table._uses = None
 
 
 def step_benchmarks(table: TokenTable, head: HeadTable, args) -> dict:
@@ -259,6 +290,64 @@ def step_benchmarks(table: TokenTable, head: HeadTable, args) -> dict:
         }
         print(json.dumps({"vocab": table.size, "branch": branch, **rows[branch]}))
     return rows
+
+
+def space_step_benchmarks(table: TokenTable, args) -> dict:
+    prompt = [table.pad_id] * 16
+    scores = torch.randn(args.batch, table.size)
+    rows = {}
+    for branch, (space, text) in SPACE_BRANCHES.items():
+        grammars = page_grammars(args.batch, args.elements, space.grammar)
+        input_ids = torch.tensor([prompt + tokens_for(table, text)] * args.batch)
+        new = GrammarLogitsProcessor(grammars, table, len(prompt))
+        assert all(bool((row > float("-inf")).any()) for row in new(input_ids, scores)), branch
+
+        def first_step(grammars=grammars, input_ids=input_ids):
+            GrammarLogitsProcessor(grammars, table, len(prompt))(input_ids, scores)
+
+        last = len(table.text_of(tokens_for(table, text)[-1:]))
+
+        def forget_last_step(new=new, text=text, last=last):  # what came before is known, as in a generation
+            for index in new.indexes:
+                index._steps.pop(text, None)
+                for end in range(len(text) - last + 1, len(text) + 1):
+                    index.matcher._states.pop(text[:end], None)
+
+        rows[branch] = {
+            "new, new pages": timed(first_step, args.reps, lambda: forget_grammars(table)),
+            "new, first pages ever": timed(first_step, args.reps, lambda: forget_everything(table)),
+            "new, next token": timed(partial(new, input_ids, scores), args.reps, forget_last_step),
+            "new, warm": timed(partial(new, input_ids, scores), args.reps),
+        }
+        print(json.dumps({"vocab": table.size, "branch": branch, **rows[branch]}))
+    return rows
+
+
+def space_teacher_forcing(table: TokenTable, args) -> dict:
+    """The teacher-forcing mask over whole `pae` and `coords` actions, 32 rows, half of each form."""
+    out = {}
+    for space, actions in SPACE_ACTIONS.items():
+        grammars = page_grammars(32, args.elements, space.grammar)
+        ids = [tokens_for(table, actions[row % 2]) + [table.eos_id] for row in range(32)]
+        targets = torch.full((32, max(map(len, ids))), table.pad_id)
+        mask = torch.zeros(targets.shape, dtype=torch.bool)
+        for row, row_ids in enumerate(ids):
+            targets[row, : len(row_ids)] = torch.tensor(row_ids)
+            mask[row, : len(row_ids)] = True
+        allowed = grammar_token_mask(grammars, table, targets, mask, table.size)
+        assert bool(allowed.gather(-1, targets.unsqueeze(-1))[mask].all()), space.__name__
+        name = space.__name__.rsplit(".", 1)[-1]
+        out[name] = {
+            "shape": list(allowed.shape),
+            "bool_mask_mib": round(allowed.nelement() / 2**20, 1),
+            "new, new pages": timed(
+                partial(grammar_token_mask, grammars, table, targets, mask, table.size),
+                5,
+                partial(forget_grammars, table),
+            ),
+        }
+        print(json.dumps({"vocab": table.size, f"teacher_forcing_{name}": out[name]}))
+    return out
 
 
 def teacher_forcing(table: TokenTable, head: HeadTable, args) -> dict:
@@ -313,6 +402,8 @@ def main() -> None:
                 "table_build_s": round(built, 2),
                 "step_batch8": step_benchmarks(table, head, args),
                 "teacher_forcing_b32_t12": teacher_forcing(table, head, args),
+                "space_steps_batch8": space_step_benchmarks(table, args),
+                "space_teacher_forcing_b32": space_teacher_forcing(table, args),
             }
         )
     machine = {"cpu": platform.processor() or platform.machine(), "torch_threads": torch.get_num_threads()}

@@ -44,8 +44,8 @@ _DEFAULTS = {
 
 
 class RlsysEnv(gymnasium.Env):
-    """One rlsys env behind Gymnasium's API. `env` is an `env:` config section (a dict or an `EnvConfig`; its keys are in
-    docs/environments.md), `tasks` what `reset` draws from when it is not told a task."""
+    """One rlsys env behind Gymnasium's API. `env` is an `env:` config section (a dict or an `EnvConfig`; its keys
+    are in docs/environments.md), `tasks` what `reset` draws from when it is not told a task."""
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 1}  # render() shows the last observation
 

@@ -9,10 +9,8 @@ vocabularies and BPE / SentencePiece ones, where one token may span several char
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import dataclass
-from itertools import islice
 
 import numpy as np
 import torch
@@ -49,9 +47,10 @@ class TokenTable:
     """The text each token id contributes when appended to a sequence, and which tokens a grammar allows next.
 
     Allowed sets are masks over the vocabulary: boolean for teacher forcing, 0 / -inf rows that the logits
-    processor adds to the scores. Free text allows every printable token that fits the room left (one row
-    per room, computed once); the tokens that continue a literal (a choice, or the head before free text)
-    are looked up once per literal ending and cached per grammar and prefix (`GrammarIndex`). A decoding
+    processor adds to the scores. Free text allows every token written in its characters (printable, less
+    any it forbids) that fits the room left (one row per character set and room, computed once); the
+    tokens that continue a literal are looked up once per literal ending and cached per grammar and
+    prefix (`GrammarIndex`). A token never spans a literal and free text. A decoding
     step so costs a few vectorised copies per row, at a 152k vocabulary as at 32k (benchmarks/README.md)."""
 
     def __init__(self, tokenizer):
@@ -72,8 +71,9 @@ class TokenTable:
         self.longest = max(map(len, self.by_text), default=0)
         self.lengths = np.array([len(t) for t in self.texts])
         self.printable = np.array([bool(t) and set(t) <= PRINTABLE for t in self.texts])
-        self._longest_printable = int(self.lengths[self.printable].max(initial=0))
-        self._fits: dict[tuple[int, np.dtype], tuple[np.ndarray, bool]] = {}
+        self._uses: np.ndarray | None = None
+        self._withins: dict[frozenset[str], tuple[np.ndarray, int]] = {}
+        self._fits: dict[tuple[frozenset[str], int, np.dtype], tuple[np.ndarray, bool]] = {}
         self._indexes: dict[Grammar, GrammarIndex] = {}
         self._starting: dict[str, np.ndarray] = {}
 
@@ -83,13 +83,34 @@ class TokenTable:
     def free_text(self, room: int, dtype=bool) -> tuple[np.ndarray, bool]:
         """The printable tokens of at most `room` characters (as `write_next` writes a row of `dtype`), and
         whether there is any."""
-        room = min(room, self._longest_printable)  # past the longest printable token, every room is alike
-        key = (room, np.dtype(dtype))
+        return self.text_tokens(PRINTABLE, room, dtype)
+
+    def text_tokens(self, chars: frozenset[str], room: int, dtype=bool) -> tuple[np.ndarray, bool]:
+        """The tokens of at most `room` characters, all in `chars` (printable ones), as a row of `dtype`,
+        and whether there is any. One row per character set and room, computed once."""
+        within, longest = self._within(chars)
+        room = min(room, longest)  # past the longest such token, every room is alike
+        key = (chars, room, np.dtype(dtype))
         if key not in self._fits:
-            fits = self.printable & (self.lengths <= room)
-            yes, no = ALLOWED[key[1]]
+            fits = within & (self.lengths <= room)
+            yes, no = ALLOWED[key[2]]
             self._fits[key] = np.where(fits, yes, no).astype(dtype), bool(fits.any())
         return self._fits[key]
+
+    def _within(self, chars: frozenset[str]) -> tuple[np.ndarray, int]:
+        """Which tokens are nonempty and written only in `chars`, and the longest one's length."""
+        within = self._withins.get(chars)
+        if within is None:
+            if self._uses is None:  # [token, printable character]: built once, on the first narrower set
+                self._uses = np.zeros((self.size, len(PRINTABLE)), dtype=bool)
+                ids = np.flatnonzero(self.printable)
+                chars_of_ids = "".join(self.texts[i] for i in ids).encode("utf-32-le")
+                codes = np.frombuffer(chars_of_ids, dtype=np.uint32).astype(np.int64) - 32
+                self._uses[np.repeat(ids, self.lengths[ids]), codes] = True
+            banned = [ord(c) - 32 for c in sorted(PRINTABLE - chars)]
+            fits = self.printable & ~self._uses[:, banned].any(axis=1) if banned else self.printable
+            within = self._withins[chars] = fits, int(self.lengths[fits].max(initial=0))
+        return within
 
     def tokens_starting(self, text: str) -> np.ndarray:
         """The tokens whose text is a nonempty prefix of `text`."""
@@ -115,9 +136,9 @@ class TokenTable:
     def allowed(self, grammar: Grammar, prefix: str) -> tuple[np.ndarray, bool]:
         """Which token ids keep `prefix` inside the grammar (a boolean mask over the vocabulary), and
         whether the action may end here."""
+        allowed = np.empty(self.size, dtype=bool)
         step = self.index(grammar).step(prefix)
-        allowed = self.free_text(step.room)[0].copy() if step.room > 0 else np.zeros(self.size, dtype=bool)
-        allowed[step.ids] = True
+        self._write_step(allowed, step)
         return allowed, step.can_end
 
     def next_tokens(self, grammar: Grammar, generated: list[int], width: int) -> np.ndarray:
@@ -132,40 +153,56 @@ class TokenTable:
         """`next_tokens` written into `out` (a row of a batch's mask), given the text generated so far: a
         boolean row, or a float row of 0 (allowed) and -inf, which logits take by one addition."""
         yes, no = ALLOWED[out.dtype]
-        out[:] = no
         if finished:  # a finished row only pads from here on
+            out[:] = no
             out[[self.eos_id, self.pad_id]] = yes
             return
-        width = len(out)
         step = index.step(prefix)
-        free, any_free = self.free_text(step.room, out.dtype) if step.room > 0 else (None, False)
-        if free is not None:
-            out[: min(width, self.size)] = free[:width]
-        out[step.ids if width >= self.size else step.ids[step.ids < width]] = yes
-        if (step.can_end or not (step.ids.size or any_free)) and self.eos_id < width:
+        any_free = self._write_step(out, step)
+        if (step.can_end or not (step.ids.size or any_free)) and self.eos_id < len(out):
             out[self.eos_id] = yes
+
+    def _write_step(self, out: np.ndarray, step: Step) -> bool:
+        """The step's free text and literal tokens set in `out`, everything else masked; whether any free text fits."""
+        yes, no = ALLOWED[out.dtype]
+        width, any_free = len(out), False
+        span = min(width, self.size)
+        for n, (chars, room) in enumerate(step.texts):
+            free, fits = self.text_tokens(chars, room, out.dtype)
+            any_free = any_free or fits
+            if n == 0:
+                out[:span] = free[:span]
+            else:  # allowed is the larger value in both row types
+                np.maximum(out[:span], free[:span], out=out[:span])
+        if not step.texts:
+            out[:] = no
+        elif width > span:
+            out[span:] = no
+        out[step.ids if width >= self.size else step.ids[step.ids < width]] = yes
+        return any_free
 
 
 @dataclass(frozen=True)
 class Step:
     """What a grammar allows after one prefix: the tokens that continue a literal, whether the action may
-    end, and how many characters of free text may follow (0: none)."""
+    end, and the free text that may follow, as (allowed characters, room left) pairs."""
 
     ids: np.ndarray
     can_end: bool
-    room: int
+    texts: tuple[tuple[frozenset[str], int], ...]
 
 
 class GrammarIndex:
-    """A grammar's literals (choices, and the heads before free text) sorted, so the ones a prefix
-    continues are one contiguous run, and each prefix's `Step`, computed on first use."""
+    """A grammar's matcher (`rlsys.core.grammar.Matcher`) over one vocabulary: each prefix's `Step`,
+    computed on first use. The tokens that continue the literals a prefix may be in depend only on
+    those literal states, so a prefix deep in free text (a thought, before `\nAction: ...`) reuses them."""
 
     def __init__(self, grammar: Grammar, table: TokenTable):
         self.grammar = grammar
         self.table = table
-        self.literals = sorted(set(grammar.choices) | set(grammar.text_prefixes))
-        self.choices = frozenset(grammar.choices)
+        self.matcher = grammar.matcher()
         self._steps: dict[str, Step] = {}
+        self._literal_ids: dict[frozenset, np.ndarray] = {}
 
     def step(self, prefix: str) -> Step:
         step = self._steps.get(prefix)
@@ -176,21 +213,19 @@ class GrammarIndex:
         return step
 
     def _step(self, prefix: str) -> Step:
-        start, found = len(prefix), []
-        for literal in islice(self.literals, bisect_left(self.literals, prefix), None):
-            if not literal.startswith(prefix):
-                break
-            if len(literal) > start:
-                found.append(self.table.tokens_starting(literal[start:]))
-        ids = np.concatenate(found) if found else NO_TOKENS  # a token may be listed twice
-        can_end = prefix in self.choices
-        room = 0
-        for head in self.grammar.text_prefixes:
-            if prefix.startswith(head):
-                text = prefix[len(head) :]
-                room = max(room, self.grammar.max_text - len(text))
-                can_end = can_end or bool(text.strip())
-        return Step(ids, can_end, room)
+        matcher = self.matcher
+        states = matcher.states(prefix)
+        literals = frozenset(s for s in states if len(s) == 2)
+        ids = self._literal_ids.get(literals)
+        if ids is None:
+            # a token is no longer than `longest`: `Click [12]` and `Click [13]` begin with the same tokens
+            rests = {rest[: self.table.longest] for rest in matcher.literal_rests(literals)}
+            found = [self.table.tokens_starting(rest) for rest in rests]
+            ids = np.concatenate(found) if found else NO_TOKENS  # a token may be listed twice
+            if len(self._literal_ids) >= MAX_CACHED_PREFIXES:
+                self._literal_ids.clear()
+            self._literal_ids[literals] = ids
+        return Step(ids, matcher.can_end(states), tuple(matcher.text_rooms(states)))
 
 
 class GrammarLogitsProcessor(LogitsProcessor):

@@ -17,7 +17,8 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import ByT5Tokenizer, PreTrainedTokenizerFast
 
-from rlsys.core.grammar import PRINTABLE, Grammar
+from rlsys.core.grammar import PRINTABLE, Choice, Grammar, Int, Literal, Text
+from rlsys.envs.web.spaces import ParseError, coords, pae
 from rlsys.policies.grammar_decoding import GrammarLogitsProcessor, TokenTable, grammar_token_mask
 from rlsys.policies.presets import byte_tokenizer
 from rlsys.policies.sampling import scored_tokens
@@ -48,7 +49,7 @@ def trained_sentencepiece() -> PreTrainedTokenizerFast:
     backend = Tokenizer(models.BPE(unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.Metaspace()
     backend.decoder = decoders.Metaspace()
-    alphabet = sorted(PRINTABLE) + ["é", "\t"]
+    alphabet = sorted(PRINTABLE) + ["é", "\t", "\n"]
     trainer = trainers.BpeTrainer(vocab_size=500, special_tokens=["<pad>", "</s>", "<unk>"], initial_alphabet=alphabet)
     backend.train_from_iterator(corpus(random.Random(1)), trainer)
     return PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="</s>", pad_token="<pad>", unk_token="<unk>")
@@ -76,7 +77,8 @@ class Reference:
     """The allowed set by its definition: a token may follow a prefix if the text it adds is not empty and
     the prefix plus that text still begins a choice or a head, or, after a head, is printable free text
     within `max_text`; EOS where the text so far is a choice or a head with non-blank text after it, or
-    where nothing else may follow; after EOS, only EOS and padding. Special tokens are never text."""
+    where nothing else may follow; after EOS, only EOS and padding. Special tokens are never text.
+    A sequence grammar's token lies inside one literal run or one free text (`places`)."""
 
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
@@ -92,33 +94,89 @@ class Reference:
         if eos in generated:
             return {eos, pad}
         prefix = self.text(generated)
-        allowed = {i for i, added in self.additions(generated).items() if self.continues(grammar, prefix, added)}
-        if self.may_end(grammar, prefix) or not allowed:
+        spots = [(parts, list(places(parts, prefix))) for parts in map(runs, grammar.sequences)]
+        allowed = {i for i, added in self.additions(generated).items() if self.continues(grammar, prefix, added, spots)}
+        if self.may_end(grammar, prefix, spots) or not allowed:
             allowed.add(eos)
         return {i for i in allowed if i < width}
 
     def additions(self, generated: list[int]) -> dict[int, str]:
-        """The text each non-special token adds when decoded after `generated`."""
+        """The text each non-special token adds when decoded after `generated` (its last 8 tokens: more than
+        any character's bytes or a word's pieces, and what keeps long actions quick to check)."""
+        generated = generated[-8:]
         candidates = [i for i in range(len(self.tokenizer)) if i not in self.special]
         texts = self.tokenizer.batch_decode([[self.anchor, *generated, i] for i in candidates])
         anchored = self.tokenizer.decode([self.anchor, *generated])
         return {i: text[len(anchored) :] for i, text in zip(candidates, texts)}
 
     @staticmethod
-    def continues(grammar: Grammar, prefix: str, added: str) -> bool:
+    def continues(grammar: Grammar, prefix: str, added: str, spots: list) -> bool:
         text = prefix + added
         literal = any(s.startswith(text) for s in grammar.choices + grammar.text_prefixes)
         free = any(
             prefix.startswith(head) and set(added) <= PRINTABLE and len(text) - len(head) <= grammar.max_text
             for head in grammar.text_prefixes
         )
-        return bool(added) and (literal or free)
+        in_sequence = any(
+            (isinstance(part, Text) and set(added) <= chars(part) and len(written + added) <= part.max)
+            or (not isinstance(part, Text) and any(lit.startswith(written + added) for lit in part))
+            for parts, found in spots
+            for part, written in ((parts[i], w) for i, w in found)
+        )
+        return bool(added) and (literal or free or in_sequence)
 
     @staticmethod
-    def may_end(grammar: Grammar, prefix: str) -> bool:
-        return prefix in grammar.choices or any(
-            prefix.startswith(h) and prefix[len(h) :].strip() for h in grammar.text_prefixes
+    def may_end(grammar: Grammar, prefix: str, spots: list) -> bool:
+        return (
+            prefix in grammar.choices
+            or any(prefix.startswith(h) and prefix[len(h) :].strip() for h in grammar.text_prefixes)
+            or any(i == len(parts) - 1 and done(parts[i], written) for parts, found in spots for i, written in found)
         )
+
+
+def chars(text: Text) -> set[str]:
+    return set(text.only) & PRINTABLE if text.only else PRINTABLE - set(text.forbid)
+
+
+def runs(sequence) -> list:
+    """A sequence as lists of literals (segments in a row multiplied out) and free texts."""
+    out: list = []
+    for segment in sequence:
+        if isinstance(segment, Text):
+            out += [[""]] * (not out) + [segment]
+            continue
+        options = {
+            Literal: lambda s: [s.text],
+            Choice: lambda s: list(s.options),
+            Int: lambda s: [str(i) for i in range(s.lo, s.hi + 1)],
+        }[type(segment)](segment)
+        if out and isinstance(out[-1], list):
+            out[-1] = [a + b for a in out[-1] for b in options]
+        else:
+            out.append(options)
+    return out
+
+
+def done(part, written: str) -> bool:
+    if isinstance(part, Text):
+        return not part.nonblank or bool(written.strip())
+    return written in part
+
+
+def places(parts: list, text: str, start: int = 0):
+    """Every (part index, what of `text` was written in that part) where `text` may stop, trying every split."""
+    part = parts[start]
+    if isinstance(part, Text):
+        cuts = [k for k in range(min(len(text), part.max) + 1) if set(text[:k]) <= chars(part)]
+    else:
+        cuts = [len(lit) for lit in part if text.startswith(lit)]
+        if any(lit.startswith(text) for lit in part):
+            yield start, text
+    for cut in cuts:
+        if isinstance(part, Text) and cut == len(text):
+            yield start, text
+        if start + 1 < len(parts) and done(part, text[:cut]):
+            yield from places(parts, text[cut:], start + 1)
 
 
 def random_grammar(rng: random.Random) -> Grammar:
@@ -274,3 +332,140 @@ def test_scored_tokens_normalise_over_the_allowed_tokens_only(tokenizer, table):
         for t, token in enumerate(ids)
     ]
     torch.testing.assert_close(logp[0], torch.stack(expected))
+
+
+# -- sequence grammars: literals, choices, integers and free text in a row
+
+
+def random_sequence_grammar(rng: random.Random) -> Grammar:
+    """Sequences that share their start (as every `pae` action shares its thought), literals that are
+    prefixes of each other or begin with a character free text may hold, texts of few characters."""
+
+    def literal():
+        kind = rng.random()
+        if kind < 0.4:
+            return Literal(rng.choice(["Thought:", "\nAction: ", "Click [", "]", "; [", "ab", "a b", "é", " ", "x]"]))
+        if kind < 0.7:
+            return Choice(tuple(rng.sample(["up", "down", "WINDOW", "0.", "a", "ab", "", ":"], k=rng.randint(1, 3))))
+        lo = rng.randint(0, 12)
+        return Int(lo, lo + rng.randint(0, 15))
+
+    def text():
+        nonblank = rng.random() < 0.5
+        if rng.random() < 0.3:
+            return Text(rng.randint(1, 6), only=rng.choice(["0123456789", "ab ", "é1"]), nonblank=nonblank)
+        return Text(rng.randint(0, 8), forbid=rng.choice(["", ":", "]", "] ", "a"]), nonblank=nonblank)
+
+    sequences: list[tuple] = []
+    for _ in range(rng.randint(1, 4)):
+        segments = list(sequences[0][: rng.randint(0, 3)]) if sequences and rng.random() < 0.5 else []
+        for _ in range(rng.randint(1, 4)):
+            follows_text = bool(segments) and isinstance(segments[-1], Text)
+            segments.append(text() if not follows_text and rng.random() < 0.4 else literal())
+        sequences.append(tuple(segments))
+    old = random_grammar(rng) if rng.random() < 0.3 else Grammar()
+    return Grammar(old.choices, old.text_prefixes, old.max_text, tuple(sequences))
+
+
+def test_sequence_grammars_match_the_reference(tokenizer, table):
+    reference = Reference(tokenizer)
+    rng = random.Random(5)
+    steps = 0
+    for _ in range(30):
+        grammar = random_sequence_grammar(rng)
+        assert Grammar.from_dict(grammar.to_dict()) == grammar
+        for generated, expected in walk(reference, grammar, rng, table.size, steps=20):
+            assert as_set(table.next_tokens(grammar, generated, table.size)) == expected, (grammar, generated)
+            steps += 1
+    assert steps > 200
+
+
+def sampled_actions(reference: Reference, table: TokenTable, grammar: Grammar, rng: random.Random, count: int):
+    """`count` random walks to EOS under the decoder's masks, each step checked against the reference."""
+    eos = reference.tokenizer.eos_token_id
+    for _ in range(count):
+        generated: list[int] = []
+        while eos not in generated:
+            allowed = as_set(table.next_tokens(grammar, generated, table.size))
+            assert allowed == reference.allowed(grammar, generated, table.size), reference.text(generated)
+            others = sorted(allowed - {eos})
+            generated.append(eos if eos in allowed and (rng.random() < 0.5 or not others) else rng.choice(others))
+        yield reference.text(generated[:-1])
+
+
+@pytest.mark.parametrize("space", [pae, coords], ids=["pae", "coords"])
+def test_action_space_grammars_match_the_reference_and_every_action_parses(tokenizer, table, space):
+    rng = random.Random(6)
+    actions = []
+    pages, walks = (4, 3) if space is pae else (3, 2)  # a coords action is ~110 characters long
+    for _ in range(pages):
+        elements = [{"editable": rng.random() < 0.3} for _ in range(rng.randint(1, 14))]
+        grammar = space.grammar(elements, max_text=3, max_thought=5)
+        for text in sampled_actions(Reference(tokenizer), table, grammar, rng, count=walks):
+            actions.append(space.parse(text, len(elements)))  # a ParseError fails the test
+    assert len({a.kind for a in actions}) > 2, actions
+
+
+@pytest.mark.parametrize(
+    "space, text",
+    [
+        (pae, "Thought: fine\nAction: Click [2]"),
+        (pae, "Thought:\nAction: Type [1]; [a b]"),
+        (pae, "Thought: x\nAction: Scroll [WINDOW]; [down]"),
+        (pae, "Thought: x\nAction: Goto [https://a.b/c]"),
+        (pae, "Thought: x\nAction: ANSWER; []"),
+        (pae, "Thought: x\nAction: GoBack"),
+        (
+            coords,
+            'Action Plan: go ; Action Decision: "action_type": "DUAL_POINT", "touch_point": "[0.5, 0.25]", '
+            '"lift_point": "[0.0, 0.9999]", "typed_text": ""',
+        ),
+        (
+            coords,
+            'Action Plan: x ; Action Decision: "action_type": "TYPE", "touch_point": "[-1.0, -1.0]", '
+            '"lift_point": "[-1.0, -1.0]", "typed_text": "red shoes"',
+        ),
+    ],
+)
+def test_action_space_grammars_accept_what_render_writes(space, text):
+    elements = [{"editable": i == 1} for i in range(3)]
+    grammar = space.grammar(elements, max_text=16)
+    assert grammar.accepts(text)
+    assert space.grammar(elements, max_text=16).accepts(space.render(space.parse(text, 3)))
+
+
+@pytest.mark.parametrize(
+    "space, text",
+    [
+        (pae, "Thought: fine\nAction: Click [3]"),  # no element 3
+        (pae, "Thought: x\nAction: Type [2]; [a]"),  # not editable
+        (pae, "Thought: x\nAction: Type [1]; [ ]"),  # blank
+        (pae, "Thought: a: b\nAction: Wait"),  # a `:` in the thought
+        (pae, "Thought: x\nAction: Goto [ftp://a]"),
+        (pae, "Thought: x\nAction: Click [1] "),
+        (
+            coords,
+            'Action Plan: go ; Action Decision: "action_type": "DUAL_POINT", "touch_point": "[1.5, 0.25]", '
+            '"lift_point": "[0.0, 0.9]", "typed_text": ""',
+        ),
+        (
+            coords,
+            'Action Plan: go ; Action Decision: "action_type": "DUAL_POINT", "touch_point": "[0.12345, 0.2]", '
+            '"lift_point": "[0.0, 0.9]", "typed_text": ""',
+        ),
+    ],
+)
+def test_action_space_grammars_refuse_invalid_actions(space, text):
+    assert not space.grammar([{"editable": i == 1} for i in range(3)], max_text=16).accepts(text)
+
+
+def test_grammar_dicts_round_trip_and_stored_ones_still_load():
+    stored = {"choices": ["click [0]"], "text_prefixes": ["type [0] "], "max_text": 8}  # as shards hold them
+    assert Grammar.from_dict(stored) == Grammar(("click [0]",), ("type [0] ",), 8)
+    assert Grammar.from_dict(stored).to_dict() == stored
+    grammar = pae.grammar([{"editable": True}, {}], max_text=4)
+    assert Grammar.from_dict(grammar.to_dict()) == grammar
+    with pytest.raises(ValueError, match="unknown grammar segment.*regex"):
+        Grammar.from_dict({"sequences": [[{"regex": "a+"}]]})
+    with pytest.raises(ParseError):  # the grammar is narrower than the parser, never wider
+        pae.parse("Thought: x\nAction: Click [2]", 2)

@@ -6,7 +6,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from rlsys.envs.autoui_format import AutoUIAction, AutoUIParseError, is_tap, parse_autoui, render_autoui
+from rlsys.core.grammar import Choice, Grammar, Literal, Segment, Text
+from rlsys.envs.autoui_format import (
+    ACTION_TYPES,
+    NO_POINT,
+    AutoUIAction,
+    AutoUIParseError,
+    is_tap,
+    parse_autoui,
+    render_autoui,
+)
 from rlsys.envs.web.spaces import ParseError, WebAction, checked_render
 
 # Only decides tap vs swipe; points stay fractions of whatever the real viewport is.
@@ -34,8 +43,34 @@ def render(action: WebAction) -> str:
     return checked_render("coords", render_autoui(_to_autoui(action)), action, parse, 0)
 
 
-def grammar(elements: list[dict], max_text: int = 32) -> None:
-    return None
+def grammar(elements: list[dict], max_text: int = 32, max_thought: int = 200) -> Grammar:
+    """Every AutoUI action, after a plan of at most `max_thought` characters, written as `render` writes
+    it. Narrower than `parse`: the plan has no `:` (so it never holds `Action Decision:`), points are
+    `[0.d, 0.d]` with one to four decimals (in [0, 1)), typed text is not blank and has no `"` or `\\`."""
+    fraction = ("0.", Text(4, only="0123456789", nonblank=True))
+    point = ("[", *fraction, ", ", *fraction, "]")
+    plan = ("Action Plan:", Text(max_thought, forbid=":"), ' ; Action Decision: "action_type": ')
+    no_points = f'"touch_point": "{NO_POINT}", "lift_point": "{NO_POINT}", "typed_text": "'
+    forms = [
+        ('"DUAL_POINT", "touch_point": "', *point, '", "lift_point": "', *point, '", "typed_text": ""'),
+        (f'"TYPE", {no_points}', Text(max_text, forbid='"\\', nonblank=True), '"'),
+        (Choice(tuple(f'"{name}", {no_points}"' for name in ACTION_TYPES[2:])),),
+    ]
+    return Grammar(sequences=tuple(_segments(*plan, *form) for form in forms))
+
+
+def _segments(*parts: str | Segment) -> tuple[Segment, ...]:
+    """Strings in a row joined into one `Literal`."""
+    out: list[Segment] = []
+    for part in parts:
+        if isinstance(part, str):
+            if out and isinstance(out[-1], Literal):
+                out[-1] = Literal(out[-1].text + part)
+            else:
+                out.append(Literal(part))
+        else:
+            out.append(part)
+    return tuple(out)
 
 
 def _to_web(action: AutoUIAction) -> WebAction:

@@ -7,7 +7,9 @@ Action: Type [3]; [red shoes]
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
+from rlsys.core.grammar import Choice, Grammar, Int, Literal, Text
 from rlsys.envs.web.spaces import ParseError, WebAction, checked_render
 
 USAGE = (
@@ -50,8 +52,25 @@ def render(action: WebAction) -> str:
     return checked_render("PAE", text, action, parse, (action.element or 0) + 1)
 
 
-def grammar(elements: list[dict], max_text: int = 32) -> None:
-    return None
+def grammar(elements: list[dict], max_text: int = 32, max_thought: int = 200) -> Grammar:
+    """Every action valid on the page after a thought of at most `max_thought` characters. The grammar
+    is narrower than `parse`: the thought has no `:` (so it never holds `Action:`), bracketed text no `]`,
+    typed text and URLs are not blank, and every action is written as `render` writes it."""
+    ids = tuple(str(i) for i in range(len(elements)))
+    editable = tuple(str(i) for i, e in enumerate(elements) if e.get("editable"))
+    bracketed = Text(max_text, forbid="]")
+    forms = [
+        (Literal("Click ["), Int(0, len(ids) - 1), Literal("]")) if ids else None,
+        (Literal("Type ["), Choice(editable), Literal("]; ["), replace(bracketed, nonblank=True), Literal("]"))
+        if editable
+        else None,
+        (Literal("Scroll ["), Choice(("WINDOW", *ids)), Literal("]; ["), Choice(DIRECTIONS), Literal("]")),
+        (Choice(("Wait", "GoBack", "Google")),),
+        (Literal("Goto ["), Choice(("http://", "https://")), Text(max_text, forbid="] ", nonblank=True), Literal("]")),
+        (Literal("ANSWER; ["), bracketed, Literal("]")),
+    ]
+    thought = (Literal("Thought:"), Text(max_thought, forbid=":"), Literal("\nAction: "))
+    return Grammar(sequences=tuple((*thought, *form) for form in forms if form is not None))
 
 
 def _split(text: str) -> tuple[str, str]:

@@ -384,10 +384,10 @@ def test_coords_render_rejects_what_it_cannot_express(action):
 # ---------------------------------------------------------------- registry
 
 
-def test_spaces_registry_returns_these_modules_without_grammars():
+def test_spaces_registry_returns_these_modules_with_grammars():
     assert spaces.get("pae") is pae_space
     assert spaces.get("coords") is coords_space
-    assert pae_space.grammar([{"editable": True}]) is None
-    assert coords_space.grammar([{"editable": True}]) is None
+    assert pae_space.grammar([{"editable": True}]).accepts("Thought: x\nAction: Type [0]; [a]")
+    assert coords_space.grammar([{"editable": True}]).accepts(coords_space.render(WebAction("back", thought="x")))
     action, error = spaces.try_parse(pae_space, "Thought: x Action: Click [9]", 2)
     assert action is None and "element [9]" in error

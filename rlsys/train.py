@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import shutil
 import sys
 import tempfile
 from pathlib import Path
 
 from rlsys import __version__
 from rlsys.config import Config, ConfigError, build, check_extras, check_paths, save_config, unresolved_dict
+from rlsys.config.checks import with_absolute_paths
 from rlsys.config.loader import literal_secrets, printed_config, stored_dict
 from rlsys.config.run_dir import check_new_run_dir, check_resumable, is_remote_uri, resume_changes, saved_config
 from rlsys.envs.android.emulator import check_local_setup
@@ -56,10 +58,11 @@ def resumed_config_folder(resume: str) -> Path:
         return Path(resume)
     from rlsys.data.storage import RemoteFolder
 
-    folder = Path(tempfile.mkdtemp(prefix="rlsys-resume-"))
+    folder = Path(tempfile.mkdtemp(prefix="rlsys-resume-"))  # removed by main once the config is read
     try:
         RemoteFolder(resume).download("config.yaml", folder / "config.yaml")
     except (OSError, ValueError) as e:
+        shutil.rmtree(folder, ignore_errors=True)
         raise ConfigError(f"--resume {resume}: no readable config.yaml there, so not an rlsys run ({e})") from None
     return folder
 
@@ -76,10 +79,27 @@ def check_new_remote_run(uri: str) -> None:
         raise ConfigError(f"{uri} already holds a run; pass --resume {uri} or choose another run.output_dir")
 
 
+def check_new_scratch_dir(cfg: Config) -> None:
+    """The local folder of a new remote run holds no other run (its hints name the folder, not the URI)."""
+    try:
+        check_new_run_dir(cfg.output_dir)
+    except ConfigError:
+        raise ConfigError(
+            f"run.scratch_dir {cfg.output_dir}, the local folder of {cfg.run.output_dir} on this machine, holds "
+            "another run or other files; set run.scratch_dir to a new or empty folder"
+        ) from None
+
+
+def resume_target(cfg: Config, run_dir: Path):
+    """What `--resume` takes to continue this run: the URI the run is published to, else its folder."""
+    return cfg.run.output_dir if is_remote_uri(cfg.run.output_dir) else run_dir
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.print_config:
         return print_config(args.print_config, args.overrides)
+    saved_dir = None
     try:  # every config problem is reported before Ray starts, and before anything is written
         saved_dir = resumed_config_folder(args.resume) if args.resume else None
         config_path = args.config or os.path.join(saved_dir, "config.yaml")
@@ -90,22 +110,27 @@ def main(argv=None) -> int:
         check_setup(cfg.evaluator)
         check_local_setup(cfg)
         check_paths(cfg)
-        if cfg.policy.kind in ("api", "random"):
-            evaluate = ["python", "-m", "rlsys.eval", "--config", config_path, "--out", str(cfg.output_dir)]
+        if args.resume:  # the run's config.yaml stays as it is; keys the checkpoints depend on may not change
+            cfg.run.output_dir = args.resume
+            changed = resume_changes(saved_config(saved_dir), stored_dict(raw, cfg))
+        elif is_remote_uri(cfg.run.output_dir):
+            check_new_remote_run(cfg.run.output_dir)
+            check_new_scratch_dir(cfg)
+        else:
+            check_new_run_dir(cfg.output_dir)
+        if cfg.policy.kind in ("api", "random"):  # after the resume checks: a resume may not change policy.kind
+            out = str(resume_target(cfg, cfg.output_dir))
+            evaluate = ["python", "-m", "rlsys.eval", "--config", config_path, "--out", out]
             raise ConfigError(
                 f"policy.kind {cfg.policy.kind!r} has no weights to train; evaluate it with: "
                 + shlex.join(evaluate + args.overrides)
             )
-        if args.resume:  # the run's config.yaml stays as it is; keys the checkpoints depend on may not change
-            cfg.run.output_dir = args.resume
-            changed = resume_changes(saved_config(saved_dir), stored_dict(raw, cfg))
-        else:
-            check_new_run_dir(cfg.output_dir)
-            if is_remote_uri(cfg.run.output_dir):
-                check_new_remote_run(cfg.run.output_dir)
     except ConfigError as e:
         print(f"config error: {e}", file=sys.stderr)
         return 2
+    finally:
+        if saved_dir is not None and is_remote_uri(args.resume):  # a temporary copy of the run's config.yaml
+            shutil.rmtree(saved_dir, ignore_errors=True)
     for key in literal_secrets(args.overrides):
         print(
             f"warning: {key} is a literal on the command line; it is redacted from everything stored, "
@@ -119,8 +144,9 @@ def main(argv=None) -> int:
     else:
         run_dir.mkdir(parents=True, exist_ok=True)
         save_config(raw, cfg, run_dir / "config.yaml")
-
-    return train(cfg, run_dir, resume=bool(args.resume))
+    # config.yaml keeps the paths as written (the run folder can move); Ray's workers, whose working directory is
+    # not this one, get them absolute
+    return train(with_absolute_paths(cfg), Path(os.path.abspath(run_dir)), resume=bool(args.resume))
 
 
 def train(cfg: Config, run_dir, resume: bool) -> int:
@@ -141,7 +167,10 @@ def train(cfg: Config, run_dir, resume: bool) -> int:
         try:
             started_ray, dashboard = init_ray(cfg)
             stopping.install()
-            print(f"run folder: {run_dir}", flush=True)
+            shown = resume_target(cfg, run_dir)
+            print(
+                f"run folder: {shown}" + (f" (this machine's copy: {run_dir})" if shown != run_dir else ""), flush=True
+            )
             if dashboard:
                 print(f"Ray dashboard: http://{dashboard}", flush=True)
             trainer = Trainer(cfg, run_dir, resume=resume)
@@ -156,7 +185,11 @@ def train(cfg: Config, run_dir, resume: bool) -> int:
             print(f"cannot resume: {e}", file=sys.stderr, flush=True)
             return 1
         except Interrupted as e:
-            hint = trainer.resume_hint() if trainer else f"Continue with: python -m rlsys.train --resume {run_dir}"
+            hint = (
+                trainer.resume_hint()
+                if trainer
+                else f"Continue with: python -m rlsys.train --resume {resume_target(cfg, run_dir)}"
+            )
             print(f"stopped by {e.name}. {hint}", file=sys.stderr, flush=True)
             return e.exit_code
         finally:

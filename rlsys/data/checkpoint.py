@@ -109,9 +109,10 @@ def write_manifest(folder: Path, references: dict[str, int] | None = None) -> No
     write_json(folder / MANIFEST, manifest)
 
 
-def verify(folder: Path) -> None:
-    """Raise CheckpointError naming the first file of `folder` that is missing or damaged. Checkpoints
-    written before manifests existed get structural checks instead (JSON parses, zip and Parquet read)."""
+def verify(folder: Path, references: bool = True) -> None:
+    """Raise CheckpointError naming the first file of `folder` that is missing or damaged (and, with
+    `references`, the shards it references). Checkpoints written before manifests existed get structural checks
+    instead (JSON parses, zip and Parquet read)."""
     for name in REQUIRED:
         if not (folder / name).is_file():
             raise CheckpointError(f"{folder / name}: missing")
@@ -120,7 +121,7 @@ def verify(folder: Path) -> None:
     if (folder / MANIFEST).exists():
         try:
             manifest = read_json(folder / MANIFEST)
-            listed, references = manifest["sha256"], manifest.get("references", {})
+            listed = manifest["sha256"]
         except (ValueError, KeyError, TypeError) as e:
             raise CheckpointError(f"{folder / MANIFEST}: unreadable ({e})") from None
         for name, digest in listed.items():
@@ -129,7 +130,8 @@ def verify(folder: Path) -> None:
                 raise CheckpointError(f"{path}: missing")
             if sha256(path) != digest:
                 raise CheckpointError(f"{path}: damaged (its sha256 differs from the one recorded when it was written)")
-        _check_references(folder, references)
+        if references:
+            _check_references(folder, manifest.get("references", {}))
         return
     _check_structure(folder)
 

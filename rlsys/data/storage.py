@@ -26,16 +26,22 @@ log = logging.getLogger(__name__)
 CREDENTIAL_PARAMS = ("access_key", "secret_key", "session_token", "credential_token_expiration")
 
 
+def shown_uri(uri: str) -> str:
+    """`uri` without what may hold credentials (a query, a user:password@), for messages."""
+    parts = urlsplit(uri)
+    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path}"
+
+
 class RemoteFolder:
     """A folder of an object store; paths are relative to it, with forward slashes."""
 
     def __init__(self, uri: str):
         parts = urlsplit(uri)
         query = parse_qs(parts.query)
-        given = [k for k in CREDENTIAL_PARAMS if k in query]
+        given = [k for k in CREDENTIAL_PARAMS if k in query] + (["user:password@"] if "@" in parts.netloc else [])
         if given:
             raise ValueError(
-                f"{parts.scheme}://{parts.netloc}{parts.path}: {', '.join(given)} in the URI; credentials come from "
+                f"{shown_uri(uri)}: {', '.join(given)} in the URI; credentials come from "
                 "the environment (AWS_ACCESS_KEY_ID, ...) or the machine's role, never from the run's config"
             )
         if parts.scheme == "s3":  # one PUT per small file instead of a multipart upload: fewer round trips
@@ -63,6 +69,10 @@ class RemoteFolder:
         with self.fs.open_input_stream(self.path(rel)) as f:
             return f.read()
 
+    def write_bytes(self, rel: str, data: bytes) -> None:
+        with self.fs.open_output_stream(self.path(rel)) as f:
+            f.write(data)
+
     def upload(self, local: Path, rel: str) -> None:
         with open(local, "rb") as src, self.fs.open_output_stream(self.path(rel)) as dst:
             shutil.copyfileobj(src, dst, 1 << 20)
@@ -89,6 +99,39 @@ def published_checkpoints(remote: RemoteFolder) -> list[str]:
     listed = remote.files("checkpoints")
     names = {p.split("/")[0] for p in listed if p.endswith(f"/{checkpoint.MANIFEST}") and p.count("/") == 1}
     return sorted((n for n in names if n.isdigit()), key=int)
+
+
+def publish_folder(local: Path, remote: RemoteFolder, rel: str, last: str) -> None:
+    """Upload every file under `local` to `rel`, the file `last` (relative to `local`) after all the others: object
+    stores cannot rename a folder into place, so a reader that finds `last` finds the whole folder."""
+    files = sorted(p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file())
+    for name in [f for f in files if f != last] + [last]:
+        remote.upload(local / name, f"{rel}/{name}" if rel else name)
+
+
+def fetch_checkpoint(remote: RemoteFolder, name: str, dest: Path, references: bool = True) -> Path:
+    """Download the published checkpoint `checkpoints/NAME` of a remote run to `dest` (replacing it), through a
+    staging folder beside it, verified against its manifest: with `references`, the shards it references must be
+    in dest's run folder already (a resume); without, only its own files are (an evaluation). A CheckpointError
+    names the remote file that is missing or damaged, or the checkpoint when it is not published."""
+    rel = f"checkpoints/{name}"
+    if not remote.exists(f"{rel}/{checkpoint.MANIFEST}"):
+        raise checkpoint.CheckpointError(
+            f"{remote.uri_of(rel)}: not a published checkpoint (no {checkpoint.MANIFEST} there: it does not exist, "
+            "or its upload did not finish)"
+        )
+    staging = dest.parent / f".pull-{dest.name}"
+    shutil.rmtree(staging, ignore_errors=True)
+    for file in remote.files(rel):
+        remote.download(f"{rel}/{file}", staging / file)
+    try:
+        checkpoint.verify(staging, references=references)
+    except checkpoint.CheckpointError as e:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise checkpoint.CheckpointError(str(e).replace(str(staging), remote.uri_of(rel))) from None
+    shutil.rmtree(dest, ignore_errors=True)
+    staging.rename(dest)
+    return dest
 
 
 class RunMirror:
@@ -128,10 +171,7 @@ class RunMirror:
         rel = f"checkpoints/{folder.name}"
         if self.remote.exists(f"{rel}/{checkpoint.MANIFEST}"):  # the same iteration again after a resume
             self.remote.delete(f"{rel}/{checkpoint.MANIFEST}")  # unpublished before its files change
-        files = sorted(p for p in folder.rglob("*") if p.is_file())
-        for path in [p for p in files if p.name != checkpoint.MANIFEST or p.parent != folder]:
-            self.remote.upload(path, f"{rel}/{path.relative_to(folder).as_posix()}")
-        self.remote.upload(folder / checkpoint.MANIFEST, f"{rel}/{checkpoint.MANIFEST}")
+        publish_folder(folder, self.remote, rel, last=checkpoint.MANIFEST)
         published = published_checkpoints(self.remote)
         for old in published[:-keep] if keep > 0 else []:
             self.remote.delete(f"checkpoints/{old}/{checkpoint.MANIFEST}")
@@ -158,22 +198,11 @@ class RunMirror:
         return None
 
     def _pull_checkpoint(self, name: str) -> bool:
-        root = checkpoint.checkpoint_root(self.local)
-        staging = root / f".pull-{name}"
-        shutil.rmtree(staging, ignore_errors=True)
-        for rel in self.remote.files(f"checkpoints/{name}"):
-            self.remote.download(f"checkpoints/{name}/{rel}", staging / rel)
         try:
-            checkpoint.verify(staging)
+            fetch_checkpoint(self.remote, name, checkpoint.checkpoint_root(self.local) / name)
         except checkpoint.CheckpointError as e:
-            shown = str(e).replace(str(staging), self.remote.uri_of(f"checkpoints/{name}"))
-            log.warning(
-                "checkpoint %s is damaged and passed over: %s", self.remote.uri_of(f"checkpoints/{name}"), shown
-            )
-            shutil.rmtree(staging, ignore_errors=True)
+            log.warning("checkpoint %s is damaged and passed over: %s", self.remote.uri_of(f"checkpoints/{name}"), e)
             return False
-        shutil.rmtree(root / name, ignore_errors=True)
-        staging.rename(root / name)
         return True
 
     def _local_files(self):

@@ -231,3 +231,13 @@ def fake_sdk(tmp_path, adb_server):
         "boot_timeout_s": 30.0,
         "health_timeout_s": 3.0,
     }
+
+
+@pytest.fixture(scope="module")
+def s3():
+    """A real S3-protocol server on 127.0.0.1 (tests/s3_server.py) with a bucket named `bucket`, this process's
+    AWS variables pointing at it; yields those variables for a child process's environment."""
+    from tests.s3_server import s3_server
+
+    with s3_server() as variables:
+        yield variables

@@ -9,13 +9,6 @@ import pytest
 from rlsys.data import checkpoint
 from rlsys.data.storage import RemoteFolder, RunMirror, published_checkpoints
 from tests.data.test_checkpoint import fill
-from tests.s3_server import s3_server
-
-
-@pytest.fixture(scope="module")
-def s3():
-    with s3_server() as variables:
-        yield variables
 
 
 @pytest.fixture

@@ -24,13 +24,7 @@ from rlsys.eval import main as eval_main
 from rlsys.policies import build_policy
 from rlsys.train import main as train_main
 from tests.driver.test_eval_cli import EPISODES, run_eval, sim_config
-from tests.s3_server import SECRET_KEY, s3_server
-
-
-@pytest.fixture(scope="module")
-def s3():
-    with s3_server() as variables:
-        yield variables
+from tests.s3_server import SECRET_KEY
 
 
 @pytest.fixture

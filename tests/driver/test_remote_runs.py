@@ -8,22 +8,15 @@ import subprocess
 import sys
 
 import pyarrow.parquet as pq
-import pytest
 import yaml
 
 from rlsys.config import to_dict
 from rlsys.data.storage import RemoteFolder, published_checkpoints
 from rlsys.metrics import read_metrics
 from tests.driver.test_fault_tolerance import sim_config
-from tests.s3_server import s3_server, secrets_in
+from tests.s3_server import secrets_in
 
 URI = "s3://bucket/run"
-
-
-@pytest.fixture(scope="module")
-def s3():
-    with s3_server() as variables:
-        yield variables
 
 
 def train(args, env, log):

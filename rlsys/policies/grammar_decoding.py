@@ -80,11 +80,6 @@ class TokenTable:
     def text_of(self, ids: list[int]) -> str:
         return "".join(self.texts[i] for i in ids if i < self.size)
 
-    def free_text(self, room: int, dtype=bool) -> tuple[np.ndarray, bool]:
-        """The printable tokens of at most `room` characters (as `write_next` writes a row of `dtype`), and
-        whether there is any."""
-        return self.text_tokens(PRINTABLE, room, dtype)
-
     def text_tokens(self, chars: frozenset[str], room: int, dtype=bool) -> tuple[np.ndarray, bool]:
         """The tokens of at most `room` characters, all in `chars` (printable ones), as a row of `dtype`,
         and whether there is any. One row per character set and room, computed once."""

@@ -140,25 +140,24 @@ def check_digiq(cfg: Config) -> None:
 PATH_KEYS = ("policy.path", "policy.vision_path", "evaluator.judge.exemplars")
 DIGIRL_PATH_KEYS = ("learner.digirl.text_encoder_path", "learner.digirl.vision_path")
 DIGIQ_PATH_KEYS = ("learner.digiq.text_encoder_path", "learner.digiq.vision_path", "learner.digiq.critic_path")
+REPRESENTATION_KEY = "learner.digiq.representation.model"  # a model folder, Hub id or name@hash id
 # keys that name a model: a local folder or a Hugging Face Hub id
 MODEL_PATH_KEYS = frozenset(
-    ("policy.path", "policy.vision_path", *DIGIRL_PATH_KEYS, *DIGIQ_PATH_KEYS[:2], "learner.digiq.representation.model")
+    ("policy.path", "policy.vision_path", *DIGIRL_PATH_KEYS, *DIGIQ_PATH_KEYS[:2], REPRESENTATION_KEY)
 )
 
 
 def check_paths(cfg: Config, offline_data: bool = True) -> None:
     """Every file or folder the config names must exist, and every Hub id must be in the Hugging Face cache
     (where it is downloaded first unless HF_HUB_OFFLINE is set); the error names the key (run before Ray starts)."""
-    model = cfg.learner.digiq.representation.model
-    if cfg.learner.algorithm == "digiq" and model and "@" not in model:
-        if not is_hub_id(model) and not Path(model).is_dir():
-            raise ConfigError(
-                f"learner.digiq.representation.model: {model} is neither a model folder nor a model id (name@hash, "
-                "as `python -m rlsys.digiq represent` prints it) nor a Hugging Face Hub id (org/name)"
-            )
     for key, value in named_paths(cfg, offline_data):
         if key in MODEL_PATH_KEYS and is_hub_id(value):
             model_folder(value, key)
+        elif key == REPRESENTATION_KEY and not Path(value).is_dir():
+            raise ConfigError(
+                f"{key}: {value} is neither a model folder nor a model id (name@hash, as `python -m rlsys.digiq "
+                "represent` prints it) nor a Hugging Face Hub id (org/name)"
+            )
         elif value and not Path(value).exists():
             hint = "a local folder or a Hugging Face Hub id (org/name)" if key in MODEL_PATH_KEYS else "a local path"
             raise ConfigError(f"{key}: {value} does not exist (set it to {hint}, e.g. {key}=/path/to/it)")
@@ -174,7 +173,7 @@ def named_paths(cfg: Config, offline_data: bool = True) -> list[tuple[str, Any]]
         named += [(f"offline.data[{i}]", p) for i, p in enumerate(cfg.offline.data)]
     model = cfg.learner.digiq.representation.model
     if cfg.learner.algorithm == "digiq" and model and "@" not in model:
-        named.append(("learner.digiq.representation.model", model))
+        named.append((REPRESENTATION_KEY, model))
     return named
 
 

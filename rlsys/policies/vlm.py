@@ -182,9 +182,7 @@ class VLMPolicy(HFPolicy):
         if not folder.is_dir():
             raise FileNotFoundError(f"{key} {str(path)!r} is not a folder")
         adapter = folder / ADAPTER_DIR
-        base, source = folder, BaseSource.of(path, folder)
-        if adapter.is_dir():
-            base, source = lora_base(folder)
+        base, source = lora_base(folder) if adapter.is_dir() else (folder, BaseSource.of(path, folder))
         model = AutoModelForImageTextToText.from_pretrained(
             base, dtype=torch_dtype(cfg, device), quantization_config=quantization_config(cfg, device)
         )

@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from rlsys.core.types import Trajectory
+from rlsys.data import checkpoint
 from rlsys.data import shards as storage
 from rlsys.data.history import Summaries, TrajectoryHistory
 
@@ -200,8 +201,8 @@ class ReplayBuffer:
         if self._shard_index is None or self._shard_index.sources != [Path(s) for s in sources]:
             self._shard_index = storage.ShardIndex(sources, str(root))
         stored = self.all()
-        where = self._shard_index.locate([t.id for t in stored])
         ids = [t.id for t in stored]
+        where = self._shard_index.locate(ids)
         pq.write_table(
             pa.table({"trajectory_id": ids, "shard": [where.get(i) for i in ids]}, schema=REFERENCES),
             folder / "replay.parquet",
@@ -210,7 +211,8 @@ class ReplayBuffer:
         if unsharded:  # arrived after the iteration's shard was written (async mode)
             storage.write_shard(folder / UNSHARDED, unsharded)
         names = sorted(set(where.values()))
-        return {"contents": "reference", "shards": {n: _resolve(root, n).stat().st_size for n in names}}
+        sizes = {n: (root / n).stat().st_size for n in names}  # n is absolute, or relative to root
+        return {"contents": "reference", "shards": sizes}
 
     def load(self, folder: str, state: dict) -> None:
         """Restore what `save` wrote to `folder`; referenced shards are read from the run folder that holds the
@@ -247,7 +249,7 @@ def read_referenced(folder: Path) -> list[Trajectory]:
         by_shard.setdefault(row["shard"], set()).add(row["trajectory_id"])
     found: dict[str, Trajectory] = {}
     for name, wanted in by_shard.items():
-        path = folder / UNSHARDED if name is None else _resolve(folder.parent.parent, name)
+        path = folder / UNSHARDED if name is None else checkpoint.referenced_path(folder, name)
         table = storage.read_table(path, storage.STORED_SINCE_THE_START)
         mask = pc.is_in(table["trajectory_id"], value_set=pa.array(sorted(wanted)))
         found.update((t.id, t) for t in storage.from_table(table.filter(mask)))
@@ -257,10 +259,6 @@ def read_referenced(folder: Path) -> list[Trajectory]:
                 f"{path}: trajectory {sorted(missing)[0]} is not there, yet {folder / 'replay.parquet'} refers to it"
             )
     return [found[row["trajectory_id"]] for row in listed]
-
-
-def _resolve(root: Path, name: str) -> Path:
-    return Path(name) if Path(name).is_absolute() else root / name
 
 
 def _rng_state_to_json(state: tuple) -> list:

@@ -96,7 +96,10 @@ class RemoteFolder:
 def published_checkpoints(remote: RemoteFolder) -> list[str]:
     """The checkpoint folders of a remote run that hold a manifest, oldest first; a folder without one is a
     checkpoint whose upload did not finish."""
-    listed = remote.files("checkpoints")
+    return _published(remote.files("checkpoints"))
+
+
+def _published(listed) -> list[str]:
     names = {p.split("/")[0] for p in listed if p.endswith(f"/{checkpoint.MANIFEST}") and p.count("/") == 1}
     return sorted((n for n in names if n.isdigit()), key=int)
 
@@ -115,14 +118,15 @@ def fetch_checkpoint(remote: RemoteFolder, name: str, dest: Path, references: bo
     in dest's run folder already (a resume); without, only its own files are (an evaluation). A CheckpointError
     names the remote file that is missing or damaged, or the checkpoint when it is not published."""
     rel = f"checkpoints/{name}"
-    if not remote.exists(f"{rel}/{checkpoint.MANIFEST}"):
+    files = remote.files(rel)
+    if checkpoint.MANIFEST not in files:
         raise checkpoint.CheckpointError(
             f"{remote.uri_of(rel)}: not a published checkpoint (no {checkpoint.MANIFEST} there: it does not exist, "
             "or its upload did not finish)"
         )
     staging = dest.parent / f".pull-{dest.name}"
     shutil.rmtree(staging, ignore_errors=True)
-    for file in remote.files(rel):
+    for file in files:
         remote.download(f"{rel}/{file}", staging / file)
     try:
         checkpoint.verify(staging, references=references)
@@ -172,11 +176,12 @@ class RunMirror:
         if self.remote.exists(f"{rel}/{checkpoint.MANIFEST}"):  # the same iteration again after a resume
             self.remote.delete(f"{rel}/{checkpoint.MANIFEST}")  # unpublished before its files change
         publish_folder(folder, self.remote, rel, last=checkpoint.MANIFEST)
-        published = published_checkpoints(self.remote)
+        listed = self.remote.files("checkpoints")  # listed once: what is dropped below is not listed again
+        published = _published(listed)
         for old in published[:-keep] if keep > 0 else []:
             self.remote.delete(f"checkpoints/{old}/{checkpoint.MANIFEST}")
             self.remote.delete_dir(f"checkpoints/{old}")
-        unfinished = {p.split("/")[0] for p in self.remote.files("checkpoints")} - set(published)
+        unfinished = {p.split("/")[0] for p in listed} - set(published)
         for name in unfinished:
             self.remote.delete_dir(f"checkpoints/{name}")
         return self.remote.uri_of(rel)

@@ -3,14 +3,14 @@ Python so the page itself is never modified."""
 
 from __future__ import annotations
 
-import io
-import struct
-import zlib
+import functools
+from typing import NamedTuple
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-PNG_LEVEL = 1
+from rlsys.envs.web.png import decode_rgb, encode_png
+
 LABEL_FONT_SIZE = 12
 _PAD = 2  # pixels around a tag's digits
 _SEE_THROUGH = 0.6  # how much of a tag's colour shows over what it covers, where it must cover something
@@ -27,25 +27,84 @@ def draw_marks(png: bytes, elements: list[dict]) -> bytes:
     least, on a see-through tag."""
     if not elements:
         return png
-    with Image.open(io.BytesIO(png)) as im:
-        image = im.convert("RGB")
+    image = decode_rgb(png)
     edges = _edges(image)
     draw = ImageDraw.Draw(image)
-    font = ImageFont.load_default(size=LABEL_FONT_SIZE)
     boxes = [tuple(element["box"]) for element in elements]
     for index, (left, top, width, height) in enumerate(boxes):
         draw.rectangle((left, top, left + width - 1, top + height - 1), outline=_COLORS[index % len(_COLORS)], width=2)
-    digits = [font.getbbox(str(index)) for index in range(len(boxes))]
-    sizes = [(x1 - x0 + 2 * _PAD, y1 - y0 + 2 * _PAD) for x0, y0, x1, y1 in digits]
-    for index, ((x, y, w, h), covers) in enumerate(label_spots(boxes, sizes, edges)):
-        color = _COLORS[index % len(_COLORS)]
+    tags = [_tag(index) for index in range(len(boxes))]
+    for tag, ((x, y, w, h), covers) in zip(tags, label_spots(boxes, [tag.size for tag in tags], edges)):
+        if tag.ink is not None and x + w <= image.width and y + h <= image.height:
+            image.paste(_see_through(image.crop((x, y, x + w, y + h)), tag) if covers else tag.opaque, (x, y))
+            continue
         if covers:
             under = image.crop((x, y, x + w, y + h))
-            image.paste(Image.blend(under, Image.new("RGB", under.size, color), _SEE_THROUGH), (x, y))
+            image.paste(Image.blend(under, Image.new("RGB", under.size, tag.color), _SEE_THROUGH), (x, y))
         else:
-            draw.rectangle((x, y, x + w - 1, y + h - 1), fill=color)
-        draw.text((x + _PAD - digits[index][0], y + _PAD - digits[index][1]), str(index), fill="white", font=font)
+            draw.rectangle((x, y, x + w - 1, y + h - 1), fill=tag.color)
+        draw.text((x + _PAD - tag.digits[0], y + _PAD - tag.digits[1]), tag.text, fill="white", font=_font())
     return encode_png(image)
+
+
+class _Tag(NamedTuple):
+    """A tag prerendered: where the text's ink stays inside the tag, drawing the tag is pasting it."""
+
+    text: str
+    color: tuple
+    digits: tuple  # the text's bounding box when drawn at (0, 0)
+    size: tuple  # the tag's width and height
+    ink: Image.Image | None  # how much of each pixel of the tag the text covers; None if it spills out
+    opaque: Image.Image  # the tag where it covers nothing: its colour, and its text in white
+
+
+@functools.cache
+def _font() -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
+    return ImageFont.load_default(size=LABEL_FONT_SIZE)
+
+
+@functools.cache
+def _tag(index: int) -> _Tag:
+    text, color, font = str(index), _COLORS[index % len(_COLORS)], _font()
+    digits = font.getbbox(text)
+    size = (digits[2] - digits[0] + 2 * _PAD, digits[3] - digits[1] + 2 * _PAD)
+    opaque = Image.new("RGB", size, color)
+    ImageDraw.Draw(opaque).text((_PAD - digits[0], _PAD - digits[1]), text, fill="white", font=font)
+    # the text's coverage, on a canvas with room around the tag to see whether any of it falls outside
+    margin = sum(size)
+    canvas = Image.new("L", (size[0] + 2 * margin, size[1] + 2 * margin))
+    ImageDraw.Draw(canvas).text((margin + _PAD - digits[0], margin + _PAD - digits[1]), text, fill=255, font=font)
+    tag_area, ink = (margin, margin, margin + size[0], margin + size[1]), canvas.getbbox()
+    inside = ink is None or _within(ink, tag_area)
+    return _Tag(text, color, digits, size, canvas.crop(tag_area) if inside else None, opaque)
+
+
+def _within(inner: tuple, outer: tuple) -> bool:
+    return outer[0] <= inner[0] and outer[1] <= inner[1] and inner[2] <= outer[2] and inner[3] <= outer[3]
+
+
+def _see_through(under: Image.Image, tag: _Tag) -> Image.Image:
+    """The tag over `under`, its colour blended with what it covers and its text on top."""
+    tagged = Image.blend(under, Image.new("RGB", under.size, tag.color), _SEE_THROUGH)
+    tagged.paste((255, 255, 255), (0, 0), tag.ink)  # the same blend of white as drawing the text
+    return tagged
+
+
+# The spots tried around a box, in order. A spot's left is the box's left, plus the box's width where the
+# first column says so, less the tag's width where the second does; its top likewise with the last two.
+_SPOTS = np.array(
+    [
+        (0, 0, 0, 1),  # above, at its left end
+        (1, 1, 0, 1),  # above, at its right end
+        (1, 0, 0, 0),  # right of it, at the top
+        (0, 1, 0, 0),  # left of it, at the top
+        (0, 0, 1, 0),  # below, at its left end
+        (1, 1, 1, 0),  # below, at its right end
+        (1, 0, 1, 1),  # right of it, at the bottom
+        (0, 1, 1, 1),  # left of it, at the bottom
+        (0, 0, 0, 0),  # in its top left corner
+    ]
+)
 
 
 def label_spots(boxes: list[tuple], sizes: list[tuple], edges: np.ndarray) -> list[tuple[tuple, bool]]:
@@ -53,61 +112,93 @@ def label_spots(boxes: list[tuple], sizes: list[tuple], edges: np.ndarray) -> li
 
     Of the spots around the box that lie in the image, the one covering the least area of the boxes and of
     the tags placed before it, then the fewest pixels of `edges` (the image's, see `_edges`), then the
-    first in the order below."""
-    image_height, image_width = edges.shape
+    first in the order of `_SPOTS`."""
     rects = np.asarray(boxes, dtype=np.int64).reshape(-1, 4)
-    obstacles = np.concatenate([rects[:, :2], rects[:, :2] + rects[:, 2:]], axis=1)  # left, top, right, bottom
-    spots = []
-    for (left, top, width, height), (w, h) in zip(boxes, sizes):
-        right, bottom = left + width, top + height
-        candidates = [
-            (left, top - h),  # above, at its left end
-            (right - w, top - h),  # above, at its right end
-            (right, top),  # right of it, at the top
-            (left - w, top),  # left of it, at the top
-            (left, bottom),  # below, at its left end
-            (right - w, bottom),  # below, at its right end
-            (right, bottom - h),  # right of it, at the bottom
-            (left - w, bottom - h),  # left of it, at the bottom
-            (left, top),  # in its top left corner
-        ]
-        fits = [(x, y) for x, y in candidates if 0 <= x <= image_width - w and 0 <= y <= image_height - h]
-        if not fits:  # a tag larger than the image
-            fits = [(max(0, min(left, image_width - w)), max(0, min(top, image_height - h)))]
-        tags = np.asarray([(x, y, x + w, y + h) for x, y in fits])
-        across = np.minimum(tags[:, None, 2], obstacles[:, 2]) - np.maximum(tags[:, None, 0], obstacles[:, 0])
-        down = np.minimum(tags[:, None, 3], obstacles[:, 3]) - np.maximum(tags[:, None, 1], obstacles[:, 1])
-        covered = (np.maximum(across, 0) * np.maximum(down, 0)).sum(axis=1)
-        shown = [int(edges[max(y, 0) : y + h, max(x, 0) : x + w].sum()) for x, y in fits]
-        best = min(range(len(fits)), key=lambda i: (covered[i], shown[i], i))
-        spots.append(((*fits[best], w, h), bool(covered[best] > 0)))
-        obstacles = np.concatenate([obstacles, tags[best : best + 1]])
-    return spots
+    spots, fits = _candidate_spots(rects, np.asarray(sizes, dtype=np.int64).reshape(-1, 2), edges.shape)
+    shown = _edge_counts(spots, edges)
+    # one number per spot ordered as (covered, shown, spot order); a spot outside the image never wins
+    scale = len(_SPOTS) * (int(shown.max(initial=0)) + 1)
+    tie_breaks = np.where(fits, shown * len(_SPOTS) + np.arange(len(_SPOTS)), np.iinfo(np.int64).max // 2)
+    # the boxes, then room for the tags as they are placed, each as left, top, right, bottom
+    obstacles = np.concatenate([rects[:, :2], rects[:, :2] + rects[:, 2:]], axis=1)
+    obstacles = np.concatenate([obstacles, np.zeros_like(obstacles)])
+    placed = []
+    for index, near in enumerate(_obstacles_near(spots, fits, obstacles[: len(rects)])):
+        covered = _overlap_areas(spots[index], obstacles[near])
+        best = int(np.argmin(covered * scale + tie_breaks[index]))
+        obstacles[len(rects) + index] = spots[index, best]
+        left, top, right, bottom = spots[index, best].tolist()
+        placed.append(((left, top, right - left, bottom - top), bool(covered[best] > 0)))
+    return placed
+
+
+def _candidate_spots(rects: np.ndarray, sizes: np.ndarray, shape: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """Each box's spots (see `_SPOTS`) as (boxes, spots, 4) left, top, right, bottom, and which lie in the
+    image. A box none of whose spots does (a tag larger than the image) gets one: its first, moved in."""
+    image_height, image_width = shape
+    left, top, w, h = rects[:, :1], rects[:, 1:2], sizes[:, :1], sizes[:, 1:]
+    x = left + _SPOTS[:, 0] * rects[:, 2:3] - _SPOTS[:, 1] * w
+    y = top + _SPOTS[:, 2] * rects[:, 3:4] - _SPOTS[:, 3] * h
+    fits = (x >= 0) & (x <= image_width - w) & (y >= 0) & (y <= image_height - h)
+    lost = ~fits.any(axis=1)
+    x[lost, 0] = np.maximum(0, np.minimum(left[lost, 0], image_width - w[lost, 0]))
+    y[lost, 0] = np.maximum(0, np.minimum(top[lost, 0], image_height - h[lost, 0]))
+    fits[lost, 0] = True
+    return np.stack([x, y, x + w, y + h], axis=-1), fits
+
+
+def _overlap_areas(rects: np.ndarray, others: np.ndarray) -> np.ndarray:
+    """For each of `rects` (left, top, right, bottom), the sum of the areas it shares with each of `others`."""
+    sides = np.minimum(rects[:, None, 2:], others[:, 2:]) - np.maximum(rects[:, None, :2], others[:, :2])
+    return np.maximum(sides, 0, out=sides).prod(axis=2).sum(axis=1)
+
+
+def _edge_counts(spots: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """The number of pixels of `edges` under each spot (under its part in the image): from running sums
+    along the rows, two lookups per row of a spot instead of a sum over its pixels."""
+    image_height, image_width = edges.shape
+    running = np.zeros((image_height, image_width + 1), dtype=np.int32)
+    np.cumsum(edges, axis=1, dtype=np.int32, out=running[:, 1:])
+    left, right = np.clip(spots[..., 0], 0, image_width), np.clip(spots[..., 2], 0, image_width)
+    top, bottom = np.clip(spots[..., 1], 0, image_height), np.clip(spots[..., 3], 0, image_height)
+    rows = top[..., None] + np.arange(int((bottom - top).max(initial=0)))
+    in_spot = rows < bottom[..., None]
+    rows = np.minimum(rows, image_height - 1)
+    return ((running[rows, right[..., None]] - running[rows, left[..., None]]) * in_spot).sum(axis=-1)
+
+
+def _obstacles_near(spots: np.ndarray, fits: np.ndarray, boxes: np.ndarray) -> list[np.ndarray]:
+    """For each box, the indices into boxes-then-tags of those that may overlap one of its fit spots: the
+    boxes, and the tags of earlier boxes, that meet the hull of its fit spots (a tag is on a fit spot)."""
+    hulls = np.concatenate(
+        [
+            np.where(fits[..., None], spots[..., :2], np.iinfo(np.int64).max).min(axis=1),
+            np.where(fits[..., None], spots[..., 2:], np.iinfo(np.int64).min).max(axis=1),
+        ],
+        axis=1,
+    )
+    near_boxes, near_tags = _meet(hulls, boxes), np.tril(_meet(hulls, hulls), k=-1)
+    return [np.flatnonzero(row) for row in np.concatenate([near_boxes, near_tags], axis=1)]
+
+
+def _meet(rects: np.ndarray, others: np.ndarray) -> np.ndarray:
+    """Whether each of `rects` shares some area with each of `others` (all as left, top, right, bottom)."""
+    return (
+        (rects[:, None, 0] < others[:, 2])
+        & (others[:, 0] < rects[:, None, 2])
+        & (rects[:, None, 1] < others[:, 3])
+        & (others[:, 1] < rects[:, None, 3])
+    )
 
 
 def _edges(image: Image.Image) -> np.ndarray:
     """1 where the image changes (text, lines) from the pixel left of it or above it, else 0."""
-    gray = np.asarray(image.convert("L"), dtype=np.int16)
+    gray = np.asarray(image.convert("L"))
     edges = np.zeros(gray.shape, dtype=np.uint8)
-    edges[:, 1:] |= np.abs(np.diff(gray, axis=1)) > _EDGE
-    edges[1:, :] |= np.abs(np.diff(gray, axis=0)) > _EDGE
+    edges[:, 1:] |= _differ(gray[:, 1:], gray[:, :-1])
+    edges[1:, :] |= _differ(gray[1:, :], gray[:-1, :])
     return edges
 
 
-def encode_png(image: Image.Image) -> bytes:
-    """An RGB image as PNG with unfiltered rows at zlib level 1.
-
-    Written by hand because Pillow filters every row adaptively: on 1024x768 screenshots of text pages that
-    took 90-110 ms and gave larger files (185-195 KB) than no filter at level 1 (18 ms, 160 KB), and this runs
-    on every step."""
-    pixels = np.asarray(image.convert("RGB"))
-    height, width, _ = pixels.shape
-    rows = np.zeros((height, width * 3 + 1), np.uint8)  # each row starts with its filter type: 0, none
-    rows[:, 1:] = pixels.reshape(height, -1)
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8-bit RGB, no interlace
-    pixel_data = zlib.compress(rows, PNG_LEVEL)
-    return b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", header) + _chunk(b"IDAT", pixel_data) + _chunk(b"IEND", b"")
-
-
-def _chunk(kind: bytes, data: bytes) -> bytes:
-    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+def _differ(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.maximum(a, b) - np.minimum(a, b) > _EDGE  # |a - b| without leaving uint8

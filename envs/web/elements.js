@@ -12,7 +12,15 @@
 // Same-origin iframes and open shadow roots are searched as part of the page. With `area` ([left, top, width,
 // height] of the viewport) given, only what is visible in that part of the viewport counts, boxes clipped to it.
 // The elements are remembered in window.__rlsysElements for the action that follows.
+//
+// Two phases, so that the costly one can run while the page is still being waited on (observe.js): scan()
+// walks the whole tree for what is visible and may be listed (on a reference page of 17k nodes nearly all the
+// time goes here), list() nests and names what it found, reading names and values as they are at that moment.
 function findElements(rootSelector, skipIds, area) {
+  const finder = elementFinder(rootSelector, skipIds, area);
+  return finder.list(finder.scan());
+}
+function elementFinder(rootSelector, skipIds, area) {
 const MIN_AREA = 20;  // px²: smaller rects are specks, not targets
 const MAX_TEXT = 80;
 const CONTROLS = new Set(["A", "BUTTON", "INPUT", "SELECT", "TEXTAREA", "SUMMARY", "OPTION", "IFRAME", "VIDEO"]);
@@ -187,48 +195,70 @@ function roleOf(el, type) {
 }
 
 // -- the walk -----------------------------------------------------------------------------------
-const skipRoots = skipIds.map((id) => document.getElementById(id)).filter(Boolean);
-const candidates = [];  // {el, spot, ctx}
-function visit(root, ctx) {
-  for (const el of root.querySelectorAll("*")) {
-    if (skipRoots.length && skipRoots.some((s) => s.contains(el))) continue;
-    if (el.tagName === "IFRAME") {
-      let inner = null;
-      try { inner = el.contentDocument; } catch (e) { /* cross-origin */ }
-      if (inner && inner.body) { visit(inner.body, makeContext(inner, el, ctx)); continue; }
+const skipRoots = new Set(skipIds.map((id) => document.getElementById(id)).filter(Boolean));
+const isAbsorber = (el) => el.matches(ABSORBER_SELECTOR);
+let opaque = false;  // whether the scan went into a frame or a shadow root, whose changes observe.js does not see
+// Pre-order over `root`'s descendants (a shadow root's content just before its host), never into a skipped
+// subtree; `absorbed`: a link or button of the same tree contains the children (the shadow root or frame that
+// is entered begins a tree of its own).
+function visit(root, ctx, absorbed, candidates) {
+  for (let el = root.firstElementChild; el; el = el.nextElementSibling) {
+    if (skipRoots.has(el)) continue;
+    const inner = el.tagName === "IFRAME" ? sameOriginBody(el) : null;
+    if (inner) {  // the frame's page is searched as part of this one, the frame itself is not listed
+      opaque = true;
+      visit(inner, makeContext(inner.ownerDocument, el, ctx), inner.closest(ABSORBER_SELECTOR) !== null, candidates);
+    } else {
+      if (el.shadowRoot) {
+        opaque = true;
+        visit(el.shadowRoot, ctx, false, candidates);
+      }
+      // Cheap tests before layout is asked: part of a link or button, or not interactive at all.
+      if (!absorbed && isInteractive(el)) {
+        const r = el.getBoundingClientRect();
+        const spot = !(r.right + ctx.dx <= ctx.clip[0] || r.left + ctx.dx >= ctx.clip[2]
+          || r.bottom + ctx.dy <= ctx.clip[1] || r.top + ctx.dy >= ctx.clip[3]) && visibleSpot(el, ctx);
+        if (spot) candidates.push({el, spot});
+      }
     }
-    if (el.shadowRoot) visit(el.shadowRoot, ctx);
-    // Cheap tests before layout is asked: part of a link or button, or not interactive at all.
-    if (el.parentElement && el.parentElement.closest(ABSORBER_SELECTOR)) continue;
-    if (!isInteractive(el)) continue;
-    const r = el.getBoundingClientRect();
-    if (r.right + ctx.dx <= ctx.clip[0] || r.left + ctx.dx >= ctx.clip[2]
-        || r.bottom + ctx.dy <= ctx.clip[1] || r.top + ctx.dy >= ctx.clip[3]) continue;
-    const spot = visibleSpot(el, ctx);
-    if (spot) candidates.push({el, spot});
+    if (el.firstElementChild) visit(el, ctx, absorbed || isAbsorber(el), candidates);
   }
+  return candidates;
 }
-const top = makeContext(document, null, null);
-visit(document.querySelector(rootSelector) || document.body, top);
+function sameOriginBody(frame) {
+  try { return frame.contentDocument?.body || null; } catch (e) { return null; }  // cross-origin
+}
+// What may be listed, {candidates: [{el, spot}], opaque}.
+function scan() {
+  const root = document.querySelector(rootSelector) || document.body;
+  opaque = false;
+  if (!root || [...skipRoots].some((skipped) => skipped.contains(root))) return {candidates: [], opaque};
+  const found = visit(root, makeContext(document, null, null), root.closest(ABSORBER_SELECTOR) !== null, []);
+  return {candidates: found, opaque};
+}
 
-// Walks each candidate's ancestors once (a pairwise test took tens of ms on pages with 150 candidates).
-const byElement = new Map(candidates.map((c) => [c.el, c]));
-const standing = candidates.filter((c) => {
-  const native = isNative(c.el);
-  for (let n = composedParent(c.el); n; n = composedParent(n)) {
-    if (byElement.has(n) && (absorbsAll(n) || (!native && absorbsParts(n)))) return false;
+function list(scanned) {
+  const candidates = scanned.candidates;
+  // Walks each candidate's ancestors once (a pairwise test took tens of ms on pages with 150 candidates).
+  const byElement = new Map(candidates.map((c) => [c.el, c]));
+  const standing = candidates.filter((c) => {
+    const native = isNative(c.el);
+    for (let n = composedParent(c.el); n; n = composedParent(n)) {
+      if (byElement.has(n) && (absorbsAll(n) || (!native && absorbsParts(n)))) return false;
+    }
+    return true;
+  });
+  const standingElements = new Set(standing.map((c) => c.el));
+  const holdsOne = new Set();  // standing candidates with another standing candidate inside
+  for (const c of standing) {
+    for (let n = composedParent(c.el); n && !holdsOne.has(n); n = composedParent(n)) {
+      if (standingElements.has(n)) holdsOne.add(n);
+    }
   }
-  return true;
-});
-const standingElements = new Set(standing.map((c) => c.el));
-const holdsOne = new Set();  // standing candidates with another standing candidate inside
-for (const c of standing) {
-  for (let n = composedParent(c.el); n && !holdsOne.has(n); n = composedParent(n)) {
-    if (standingElements.has(n)) holdsOne.add(n);
-  }
+  const kept = standing.filter((c) => isNative(c.el) || !holdsOne.has(c.el));
+  const listed = kept.map((c) => [c.el, describe(c.el, c.spot)]).filter(([el, d]) => !isLayout(el, d.text));
+  window.__rlsysElements = listed.map(([el]) => el);
+  return listed.map(([, d]) => d);
 }
-const kept = standing.filter((c) => isNative(c.el) || !holdsOne.has(c.el));
-const listed = kept.map((c) => [c.el, describe(c.el, c.spot)]).filter(([el, d]) => !isLayout(el, d.text));
-window.__rlsysElements = listed.map(([el]) => el);
-return listed.map(([, d]) => d);
+return {scan, list};
 }

@@ -11,25 +11,58 @@ const start = performance.now();
 let lastChange = Math.max(window.__rlsysLastChange ?? start, sinceActionMs === null ? -Infinity : start - sinceActionMs);
 const observer = new MutationObserver(() => { lastChange = performance.now(); });
 observer.observe(document, { subtree: true, childList: true, attributes: true, characterData: true });
+const changedAt = () => Math.max(lastChange, window.__rlsysLastChange ?? -Infinity);
+
+// The element scan (elements.js) is the costly part of reading a page. Once the page is loaded and idle it runs
+// while the quiet window is still being waited out, and is used if nothing that moves or restyles elements
+// without changing the DOM happened after it: those events, DOM changes and running animations send the page
+// to a scan afresh, as does a scan that went into frames or shadow roots (their DOM is not observed here).
+// It waits for a frame first, so that the scroll events of the env's own last action are behind it.
+const finder = elementFinder(rootSelector, skipIds, area);
+let early = null;  // {scanned, at}
+let disturbed = false, framed = false;
+const DISTURBING = ["scroll", "load", "error", "resize", "focusin", "focusout", "mouseover", "mouseout",
+  "transitionrun", "transitionstart", "transitionend", "transitioncancel", "animationstart", "animationend", "animationcancel",
+  "contentvisibilityautostatechange"];
+const disturb = () => { disturbed = true; };
+for (const type of DISTURBING) window.addEventListener(type, disturb, true);
+document.fonts?.addEventListener("loadingdone", disturb);
+requestAnimationFrame(() => setTimeout(() => { framed = true; }, 0));
+function earlyScanHolds() {
+  try {
+    return Boolean(early) && !early.scanned.opaque && !disturbed && changedAt() < early.at && (document.fonts?.status ?? "loaded") === "loaded"
+      && !document.getAnimations().some((animation) => animation.playState === "running");
+  } catch (e) { return false; }  // a page that replaced what this asks
+}
+let earlyScanUsed = false;
+function elements() {
+  earlyScanUsed = earlyScanHolds();
+  return finder.list(earlyScanUsed ? early.scanned : finder.scan());
+}
+
 (function check() {
   const now = performance.now();
   // a navigation the page started counts for at most NAVIGATION_MS: one that became a download or a 204 never
   // replaces the document
   const navigating = now - (window.__rlsysNavigating ?? -Infinity) < NAVIGATION_MS;
-  const quiet = document.readyState === "complete" && !(window.__rlsysPending > 0) && !navigating
-    && now - Math.max(lastChange, window.__rlsysLastChange ?? -Infinity) >= quietMs;
+  const idle = document.readyState === "complete" && !(window.__rlsysPending > 0) && !navigating;
+  const quiet = idle && now - changedAt() >= quietMs;
   if (!quiet && now - start < timeoutMs) {
+    if (idle && framed && !early) early = { at: performance.now(), scanned: finder.scan() };
     setTimeout(check, 10);
     return;
   }
   observer.disconnect();
+  for (const type of DISTURBING) window.removeEventListener(type, disturb, true);
+  document.fonts?.removeEventListener("loadingdone", disturb);
   reply({
     settled: quiet,
     settle_ms: now - start,
     url: location.href,
     content_type: document.contentType,
     scroll: [scrollX, scrollY],
-    elements: findElements(rootSelector, skipIds, area),
+    elements: elements(),
+    early_scan: earlyScanUsed,
     extra: (() => { /*EXTRA*/ })(),
     events: (() => {  // what page_init.js noted since the last read: dialogs it answered, tabs the page opened
       const events = window.__rlsysEvents;

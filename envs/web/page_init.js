@@ -29,6 +29,18 @@
     new MutationObserver(() => { window.__rlsysLastChange = performance.now(); })
       .observe(document, { subtree: true, childList: true, attributes: true, characterData: true });
   }, { once: true });
+  // Style rules added or removed through the CSSOM restyle the page without changing the DOM: changes too.
+  const changed = () => { window.__rlsysLastChange = performance.now(); };
+  for (const name of ["insertRule", "deleteRule", "addRule", "removeRule", "replace", "replaceSync"]) {
+    const original = CSSStyleSheet.prototype[name];
+    if (!original) continue;
+    CSSStyleSheet.prototype[name] = function (...args) {
+      const result = original.apply(this, args);
+      changed();
+      if (result instanceof Promise) result.then(changed, changed);  // replace() applies once imports load
+      return result;
+    };
+  }
 
   // A navigation this document started (a link, a form, `location = ...`, a meta refresh) is noted: until the
   // document is replaced, the page has not settled (its request now takes a hop through the env's proxy).

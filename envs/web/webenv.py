@@ -378,6 +378,7 @@ class WebEnv:
             "feedback": feedback,
             "settled": page["settled"] and not events.get("stopped_loading"),
             "settle_ms": round(page["settle_ms"], 1),
+            "early_scan": page["early_scan"],  # the element scan ran while the quiet window was waited out
         }
         grammar = getattr(self.space, "grammar", None)
         if grammar is not None and (built := grammar(self._elements)) is not None:

@@ -1,0 +1,57 @@
+"""The element scan that runs while a step's quiet window is waited out (observe.js) is used only when
+nothing could have moved or restyled an element since: a page that scrolls, runs a transition, changes a
+style sheet through the CSSOM or changes a shadow root after the scan is scanned again, and its
+observation lists what is there at the end of the window."""
+
+import pytest
+
+from rlsys.envs.web.webenv import WebEnv
+from tests.envs.web.test_env_web import index_of, pae, task, web_config
+
+QUIET_MS = 400  # the page's changes come 150-200 ms after the click, well after the early scan
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    env = WebEnv(web_config(tmp_path_factory.mktemp("web"), action_space="pae", settle_quiet_ms=QUIET_MS))
+    yield env
+    env.close()
+
+
+def texts(result):
+    return [element["text"] for element in result.observation.extras["elements"]]
+
+
+def click(env, site, button, page="quiet_changes.html"):
+    env.reset(task(site, page))
+    return env.step(pae(f"Click [{index_of(env, button)}]"))
+
+
+def test_a_quiet_page_uses_the_early_scan(env, site):
+    result = click(env, site, "Nothing")
+    assert result.observation.extras["early_scan"]
+    assert result.observation.extras["settled"]
+    assert "Near link" in texts(result) and "Far link" not in texts(result)
+
+
+def test_scrolling_the_window_by_the_env_leaves_the_early_scan_valid(env, site):
+    env.reset(task(site, "quiet_changes.html"))
+    result = env.step(pae("Scroll [WINDOW]; [down]"))
+    assert result.observation.extras["early_scan"]
+    assert "Near link" not in texts(result)
+
+
+@pytest.mark.parametrize(
+    "page, button, appears, goes",
+    [
+        ("quiet_changes.html", "Scroll later", "Far link", "Near link"),  # a scroll event
+        ("quiet_changes.html", "Slide in later", "Sliding link", None),  # a delayed CSS transition
+        ("quiet_changes.html", "Restyle later", "Hidden link", None),  # CSSStyleSheet.insertRule
+        ("quiet_shadow.html", "Add to the shadow root later", "Shadow link", None),  # not observed: never early
+    ],
+)
+def test_a_change_after_the_early_scan_is_seen(env, site, page, button, appears, goes):
+    result = click(env, site, button, page)
+    assert not result.observation.extras["early_scan"]
+    assert appears in texts(result)
+    assert goes is None or goes not in texts(result)

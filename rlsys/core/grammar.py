@@ -21,6 +21,7 @@ from functools import lru_cache
 from itertools import product
 
 PRINTABLE = frozenset(chr(c) for c in range(32, 127))
+LAST_CHAR = chr(0x10FFFF)  # `text + LAST_CHAR` sorts after the strings that begin with `text` (but those holding it)
 MAX_CACHED_PREFIXES = 8192  # per grammar: a few generations' prefixes, character by character
 
 
@@ -163,19 +164,19 @@ class Matcher:
         for seq in sequences:
             parent = 0
             for part in seq:
-                key = (parent, part)
-                if key not in ids:
-                    ids[key] = len(nexts)
+                child = ids.setdefault((parent, part), len(nexts))  # a part of hundreds of literals: hashed once
+                if child == len(nexts):
                     parts.append(part)
                     nexts.append([])
-                    nexts[parent].append(ids[key])
-                parent = ids[key]
+                    nexts[parent].append(child)
+                parent = child
             finals.add(parent)
         self.nodes = [Node((), tuple(nexts[0]), False)] + [
             Node(part, tuple(nexts[i + 1]), i + 1 in finals) for i, part in enumerate(parts)
         ]
-        self._first = [frozenset(lit[:1] for lit in n.part) if isinstance(n.part, tuple) else None for n in self.nodes]
+        self._first: dict[int, frozenset[str]] = {}  # per literal node met: the characters its literals begin with
         self._exit_states: dict[int, frozenset[State]] = {}
+        self._run_stops: dict[int, frozenset[str] | None] = {}
         self.start = self._exits(0)
         self._states: dict[str, frozenset[State]] = {"": self.start}
 
@@ -187,12 +188,75 @@ class Matcher:
         cut = len(prefix) - 1
         while prefix[:cut] not in self._states:
             cut -= 1
-        states = self._states[prefix[:cut]]
-        for end in range(cut + 1, len(prefix) + 1):
-            states = self.advance(states, prefix[end - 1])
+        states, end = self._states[prefix[:cut]], cut
+        while end < len(prefix):
+            run = self._free_run(states, prefix, end) or self._literal_run(states, prefix, end)
+            if run is None:
+                states, end = self.advance(states, prefix[end]), end + 1
+            else:
+                states, end = run
             if len(self._states) < MAX_CACHED_PREFIXES:
                 self._states[prefix[:end]] = states
         return states
+
+    def _free_run(self, states: frozenset[State], prefix: str, start: int) -> tuple[frozenset[State], int] | None:
+        """Where `prefix[start:]` leads in one move while it is free text that cannot begin what follows the
+        text: a thought is matched run by run, not character by character. The states must be one free text
+        and the starts of the literals after it; None when they are not, or when the run is empty."""
+        texts = [s for s in states if len(s) == 3]
+        if len(texts) != 1:
+            return None
+        node, length, seen = text = texts[0]
+        stops = self._stops(node)
+        if stops is None or not states - {text} <= self._exits(node):
+            return None
+        part, end = self.nodes[node].part, start
+        chars, last = part.chars, min(len(prefix), start + part.max - length)
+        while end < last and prefix[end] in chars and prefix[end] not in stops:
+            end += 1
+        if end == start:
+            return None
+        text = (node, length + end - start, seen or bool(prefix[start:end].strip(" ")))
+        return (self._closure({text}), end)
+
+    def _literal_run(self, states: frozenset[State], prefix: str, start: int) -> tuple[frozenset[State], int] | None:
+        """Where `prefix[start:]` leads in one move while every state is inside a literal, up to the first
+        place one of them is complete: `\\nAction: Cli` is matched in one move. None for other states."""
+        if any(len(s) == 3 for s in states):
+            return None
+        rest = prefix[start:]
+        walks = {state: self._literal_walk(state, rest) for state in states}
+        end = min([len(rest), *(taken for taken, complete in walks.values() if complete)])
+        moved = {(node, typed + rest[:end]) for (node, typed), (taken, _) in walks.items() if taken >= end}
+        return self._closure(moved), start + end
+
+    def _literal_walk(self, state: State, text: str) -> tuple[int, bool]:
+        """How many characters of `text` the literal state takes: up to the first that no literal of its part
+        continues, or up to where one of them is complete (then True)."""
+        typed, part, taken = state[1], self.nodes[state[0]].part, 0
+        while taken < len(text):
+            i = bisect_left(part, typed + text[: taken + 1])
+            if i == len(part) or not part[i].startswith(typed + text[: taken + 1]):
+                return taken, False
+            # the first literal that goes on so is the shortest: no other is complete before it
+            literal = part[i]
+            low, high = taken + 1, min(len(text), len(literal) - len(typed))
+            while low < high:  # how far `text` goes along it
+                mid = (low + high + 1) // 2
+                low, high = (mid, high) if literal.startswith(text[:mid], len(typed)) else (low, mid - 1)
+            if low == len(literal) - len(typed):
+                return low, True
+            taken = low
+        return len(text), False
+
+    def _stops(self, node: int) -> frozenset[str] | None:
+        """The characters that may begin a literal after the free text `node`; None when a free text may
+        follow it directly (a run past its start would need that text's states too)."""
+        if node not in self._run_stops:
+            exits = self._exits(node)
+            literal = all(len(s) == 2 for s in exits)
+            self._run_stops[node] = frozenset().union(*(self._first_chars(s[0]) for s in exits)) if literal else None
+        return self._run_stops[node]
 
     def advance(self, states: frozenset[State], char: str) -> frozenset[State]:
         out: set[State] = set()
@@ -200,7 +264,7 @@ class Matcher:
         for state in states:
             part = nodes[state[0]].part
             if len(state) == 2:
-                if not state[1] and char not in self._first[state[0]]:
+                if not state[1] and char not in self._first_chars(state[0]):
                     continue
                 typed = state[1] + char
                 i = bisect_left(part, typed)
@@ -234,6 +298,12 @@ class Matcher:
             exits = self._exit_states[node] = frozenset(seen)
         return exits
 
+    def _first_chars(self, node: int) -> frozenset[str]:
+        first = self._first.get(node)
+        if first is None:
+            first = self._first[node] = frozenset(self.literal_rests(frozenset({(node, "")}), limit=1))
+        return first
+
     def part_done(self, state: State) -> bool:
         part = self.nodes[state[0]].part
         if len(state) == 2:
@@ -244,17 +314,22 @@ class Matcher:
     def can_end(self, states: frozenset[State]) -> bool:
         return any(self.nodes[s[0]].final and self.part_done(s) for s in states)
 
-    def literal_rests(self, states: frozenset[State]) -> list[str]:
-        """What may complete the literals `states` are in: every literal they may be, less what was typed."""
+    def literal_rests(self, states: frozenset[State], limit: int | None = None) -> list[str]:
+        """What may complete the literals `states` are in: every literal they may be, less what was typed,
+        cut to its first `limit` characters. A cut rest is listed once per state: the sorted literals that
+        share it are skipped, so the first characters of `Click [0]` ... `Click [149]` cost one lookup."""
         rests = []
         for state in states:
             if len(state) == 2:
                 part, typed = self.nodes[state[0]].part, state[1]
-                for literal in part[bisect_left(part, typed) :]:
-                    if not literal.startswith(typed):
-                        break
-                    if len(literal) > len(typed):
-                        rests.append(literal[len(typed) :])
+                i = bisect_left(part, typed)
+                while i < len(part) and part[i].startswith(typed):
+                    rest = part[i][len(typed) : None if limit is None else len(typed) + limit]
+                    if rest:
+                        rests.append(rest)
+                    i += 1
+                    if limit is not None and len(rest) == limit:  # skip the literals that begin with it too
+                        i = bisect_left(part, typed + rest + LAST_CHAR, i)
         return rests
 
     def text_rooms(self, states: frozenset[State]) -> set[tuple[frozenset[str], int]]:
@@ -266,7 +341,7 @@ class Matcher:
         return rooms
 
     def next_chars(self, states: frozenset[State]) -> frozenset[str]:
-        chars = {rest[0] for rest in self.literal_rests(states)}
+        chars = set(self.literal_rests(states, limit=1))
         for text_chars, _ in self.text_rooms(states):
             chars |= text_chars
         return frozenset(chars)

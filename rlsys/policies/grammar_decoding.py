@@ -9,6 +9,7 @@ vocabularies and BPE / SentencePiece ones, where one token may span several char
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -16,7 +17,7 @@ import numpy as np
 import torch
 from transformers import LogitsProcessor
 
-from rlsys.core.grammar import PRINTABLE, Grammar
+from rlsys.core.grammar import LAST_CHAR, PRINTABLE, Grammar
 
 
 def special_token_ids(tokenizer) -> set[int]:
@@ -48,10 +49,11 @@ class TokenTable:
 
     Allowed sets are masks over the vocabulary: boolean for teacher forcing, 0 / -inf rows that the logits
     processor adds to the scores. Free text allows every token written in its characters (printable, less
-    any it forbids) that fits the room left (one row per character set and room, computed once); the
-    tokens that continue a literal are looked up once per literal ending and cached per grammar and
-    prefix (`GrammarIndex`). A token never spans a literal and free text. A decoding
-    step so costs a few vectorised copies per row, at a 152k vocabulary as at 32k (benchmarks/README.md)."""
+    any it forbids) that fits the room left (one row per character set and room, computed once from a
+    table of the characters each token uses, built with the table); the tokens that continue a literal are
+    looked up in the sorted token texts and cached per grammar and prefix (`GrammarIndex`). A token never
+    spans a literal and free text. A decoding step so costs a few vectorised copies per row, at a 152k
+    vocabulary as at 32k (benchmarks/README.md)."""
 
     def __init__(self, tokenizer):
         self.eos_id = tokenizer.eos_token_id
@@ -69,13 +71,14 @@ class TokenTable:
                 by_text[text].append(i)
         self.by_text = {text: np.array(ids, dtype=np.int64) for text, ids in by_text.items()}
         self.longest = max(map(len, self.by_text), default=0)
-        self.lengths = np.array([len(t) for t in self.texts])
+        self.sorted_texts = sorted(self.by_text)
+        self.lengths = np.array([len(t) for t in self.texts], dtype=np.int32)
         self.printable = np.array([bool(t) and set(t) <= PRINTABLE for t in self.texts])
-        self._uses: np.ndarray | None = None
+        self.char_bits = self._printable_char_bits()
         self._withins: dict[frozenset[str], tuple[np.ndarray, int]] = {}
         self._fits: dict[tuple[frozenset[str], int, np.dtype], tuple[np.ndarray, bool]] = {}
         self._indexes: dict[Grammar, GrammarIndex] = {}
-        self._starting: dict[str, np.ndarray] = {}
+        self._beginnings: dict[str, tuple[list[np.ndarray], int]] = {}
 
     def text_of(self, ids: list[int]) -> str:
         return "".join(self.texts[i] for i in ids if i < self.size)
@@ -89,35 +92,59 @@ class TokenTable:
         if key not in self._fits:
             fits = within & (self.lengths <= room)
             yes, no = ALLOWED[key[2]]
-            self._fits[key] = np.where(fits, yes, no).astype(dtype), bool(fits.any())
+            self._fits[key] = np.array([no, yes], dtype=key[2]).take(fits), bool(fits.any())
         return self._fits[key]
+
+    def _printable_char_bits(self) -> np.ndarray:
+        """[2, token] uint64: bit c of a token's two words set where it is printable and uses character 32 + c.
+        Built with the table, so a character set's tokens (`_within`) take a few vectorised operations."""
+        ids = np.flatnonzero(self.printable)
+        chars_of_ids = "".join(self.texts[i] for i in ids).encode("utf-32-le")
+        codes = np.frombuffer(chars_of_ids, dtype=np.uint32).astype(np.int64) - 32
+        uses = np.zeros((self.size, 128), dtype=bool)
+        uses[np.repeat(ids, self.lengths[ids]), codes] = True
+        return np.ascontiguousarray(np.packbits(uses, axis=1, bitorder="little").view(np.uint64).T)
 
     def _within(self, chars: frozenset[str]) -> tuple[np.ndarray, int]:
         """Which tokens are nonempty and written only in `chars`, and the longest one's length."""
         within = self._withins.get(chars)
         if within is None:
-            if self._uses is None:  # [token, printable character]: built once, on the first narrower set
-                self._uses = np.zeros((self.size, len(PRINTABLE)), dtype=bool)
-                ids = np.flatnonzero(self.printable)
-                chars_of_ids = "".join(self.texts[i] for i in ids).encode("utf-32-le")
-                codes = np.frombuffer(chars_of_ids, dtype=np.uint32).astype(np.int64) - 32
-                self._uses[np.repeat(ids, self.lengths[ids]), codes] = True
-            banned = [ord(c) - 32 for c in sorted(PRINTABLE - chars)]
-            fits = self.printable & ~self._uses[:, banned].any(axis=1) if banned else self.printable
-            within = self._withins[chars] = fits, int(self.lengths[fits].max(initial=0))
+            banned = np.zeros(128, dtype=bool)
+            banned[[ord(c) - 32 for c in PRINTABLE - chars]] = True
+            low, high = np.packbits(banned, bitorder="little").view(np.uint64)
+            fits = self.printable & (((self.char_bits[0] & low) | (self.char_bits[1] & high)) == 0)
+            within = self._withins[chars] = fits, int((self.lengths * fits).max(initial=0))
         return within
 
-    def tokens_starting(self, text: str) -> np.ndarray:
-        """The tokens whose text is a nonempty prefix of `text`."""
-        ids = self._starting.get(text)
-        if ids is None:
-            pieces = (text[:end] for end in range(1, min(len(text), self.longest) + 1))
-            found = [self.by_text[piece] for piece in pieces if piece in self.by_text]
-            ids = np.concatenate(found) if found else NO_TOKENS
-            if len(self._starting) >= MAX_CACHED_TEXTS:
-                self._starting.clear()
-            self._starting[text] = ids
-        return ids
+    def tokens_continuing(self, literals: tuple[str, ...], typed: str) -> list[np.ndarray]:
+        """The tokens that continue `typed` inside one of the sorted `literals` (each token whose text begins
+        what a literal has left). Literals that go on alike past what any token spans are looked up once:
+        `click [0]` ... `click [149]` cost one lookup where no token begins with `click [`."""
+        found, i = [], bisect_left(literals, typed)
+        while i < len(literals) and literals[i].startswith(typed):
+            rest = literals[i][len(typed) :]
+            tokens, reach = self._beginning(rest)
+            found += tokens
+            i += 1
+            if reach < len(rest):  # the literals that also begin with `rest[:reach + 1]` hold no other token
+                i = bisect_left(literals, typed + rest[: reach + 1] + LAST_CHAR, i)
+        return found
+
+    def _beginning(self, text: str) -> tuple[list[np.ndarray], int]:
+        """The tokens whose text is a nonempty beginning of `text`, and the length of the longest beginning
+        of `text` that begins some token's text. Cached: literal endings (`2]`) recur on every page."""
+        known = self._beginnings.get(text)
+        if known is None:
+            texts, low, high = self.sorted_texts, 0, min(len(text), self.longest)
+            while low < high:  # what begins a token's text begins it at every shorter length too
+                mid = (low + high + 1) // 2
+                i = bisect_left(texts, text[:mid])
+                low, high = (mid, high) if i < len(texts) and texts[i].startswith(text[:mid]) else (low, mid - 1)
+            tokens = [self.by_text[text[:n]] for n in range(1, low + 1) if text[:n] in self.by_text]
+            if len(self._beginnings) >= MAX_CACHED_TEXTS:
+                self._beginnings.clear()
+            known = self._beginnings[text] = tokens, low
+        return known
 
     def index(self, grammar: Grammar) -> GrammarIndex:
         """The grammar's index over this vocabulary, shared by every row and step that decodes under it."""
@@ -213,9 +240,8 @@ class GrammarIndex:
         literals = frozenset(s for s in states if len(s) == 2)
         ids = self._literal_ids.get(literals)
         if ids is None:
-            # a token is no longer than `longest`: `Click [12]` and `Click [13]` begin with the same tokens
-            rests = {rest[: self.table.longest] for rest in matcher.literal_rests(literals)}
-            found = [self.table.tokens_starting(rest) for rest in rests]
+            nodes = matcher.nodes
+            found = [row for node, typed in literals for row in self.table.tokens_continuing(nodes[node].part, typed)]
             ids = np.concatenate(found) if found else NO_TOKENS  # a token may be listed twice
             if len(self._literal_ids) >= MAX_CACHED_PREFIXES:
                 self._literal_ids.clear()

@@ -17,7 +17,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import ByT5Tokenizer, PreTrainedTokenizerFast
 
-from rlsys.core.grammar import PRINTABLE, Choice, Grammar, Int, Literal, Text
+from rlsys.core.grammar import PRINTABLE, Choice, Grammar, Int, Literal, Matcher, Text
 from rlsys.envs.web.spaces import ParseError, coords, pae
 from rlsys.policies.grammar_decoding import GrammarLogitsProcessor, TokenTable, grammar_token_mask
 from rlsys.policies.presets import byte_tokenizer
@@ -380,6 +380,25 @@ def test_sequence_grammars_match_the_reference(tokenizer, table):
         assert Grammar.from_dict(grammar.to_dict()) == grammar
         steps += check_walk(reference, table, grammar, rng, steps=20)
     assert steps > 200
+
+
+def test_a_prefix_matched_at_once_reaches_the_states_of_matching_it_character_by_character():
+    """A grammar first met deep inside an action (a new page, teacher forcing) is matched from scratch, run
+    by run; it must end where stepping through every character does."""
+    rng = random.Random(7)
+    pages = [[{"editable": i % 3 == 1} for i in range(n)] for n in (3, 12)]
+    grammars = [random_sequence_grammar(rng) for _ in range(150)]
+    grammars += [space.grammar(page, max_text=6, max_thought=40) for space in (pae, coords) for page in pages]
+    for grammar in grammars:
+        stepper = Matcher(grammar)
+        text, states, expected = "", stepper.start, [stepper.start]
+        while states and len(text) < 120:
+            allowed = sorted(stepper.next_chars(states))
+            char = rng.choice(allowed) if allowed and rng.random() < 0.9 else rng.choice('ab :]\n0é"')
+            text, states = text + char, stepper.advance(states, char)
+            expected.append(states)
+        for cut in {len(text), len(text) - 1, rng.randint(0, len(text))} - {-1}:
+            assert Matcher(grammar).states(text[:cut]) == expected[cut], (grammar, text[:cut])
 
 
 def sampled_actions(reference: Reference, table: TokenTable, grammar: Grammar, rng: random.Random, count: int):

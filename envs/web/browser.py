@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import os
 import shutil
 import tempfile
@@ -89,6 +90,10 @@ def browser_environment() -> dict[str, str]:
 _PAGE_INIT_SCRIPT = (Path(__file__).parent / "page_init.js").read_text()
 
 
+class PageScriptError(Exception):
+    """A script the env ran in the page threw: the page changed what the script relies on, or went away."""
+
+
 class Browser:
     """One Chromium process and its chromedriver; `pids()` lists both so they can be watched.
 
@@ -164,6 +169,16 @@ class Browser:
 
     def cdp(self, command: str, **params) -> dict:
         return self.driver.execute_cdp_cmd(command, params)
+
+    def call_in_page(self, function: str, *args):
+        """Call `function` (the JavaScript source of one) with `args` in the current tab's page and return its
+        result. Over CDP rather than chromedriver's execute_script, whose own checks of the page around the
+        call cost about 10 ms more. Raises PageScriptError where the function throws."""
+        reply = self.cdp("Runtime.evaluate", expression=f"({function})(...{json.dumps(args)})", returnByValue=True)
+        if "exceptionDetails" in reply:
+            details = reply["exceptionDetails"]
+            raise PageScriptError(details.get("exception", {}).get("description") or details.get("text", ""))
+        return reply["result"].get("value")
 
     def prepare_tab(self) -> None:
         """Exact viewport and the init script for the current tab (each tab needs its own)."""

@@ -26,7 +26,7 @@ from rlsys.config import EnvConfig
 from rlsys.core.env import EnvBrokenError, EnvSetupError
 from rlsys.core.types import Observation, StepResult, Task
 from rlsys.envs.web import spaces
-from rlsys.envs.web.browser import Browser
+from rlsys.envs.web.browser import Browser, PageScriptError
 from rlsys.envs.web.confinement import ConfinementProxy, Policy, browser_split, origin_of, parse_origin
 from rlsys.envs.web.marks import draw_marks
 from rlsys.envs.web.spaces import TERMINAL, WebAction
@@ -257,7 +257,14 @@ class WebEnv:
     # -- acting -----------------------------------------------------------------------------
 
     def _perform(self, action: WebAction, events: dict) -> str | None:
-        """Carry out one action; a mistake of the agent's is returned as a message, never raised."""
+        """Carry out one action; a mistake of the agent's, or a page that undid what the action needs, is returned
+        as a message, never raised."""
+        try:
+            return self._carry_out(action, events)
+        except PageScriptError as e:
+            return f"the page would not take the action: {e.args[0][:200]}"
+
+    def _carry_out(self, action: WebAction, events: dict) -> str | None:
         kind = action.kind
         if problem := _not_typeable(action.url if kind == "goto" else action.text):
             return problem
@@ -268,7 +275,7 @@ class WebEnv:
         elif kind == "type":
             if action.element is not None:
                 self.browser.click_at(*self._centre(action.element))
-                if not self.driver.execute_script(_SELECT_FOR_TYPING, action.element):
+                if not self.browser.call_in_page(_SELECT_FOR_TYPING, action.element):
                     return f"element [{action.element}] does not take text"
             self.browser.insert_text(action.text)
             if action.submit:
@@ -280,7 +287,7 @@ class WebEnv:
         elif kind == "scroll":
             sign = -1 if action.direction in ("up", "left") else 1
             vertical = action.direction in ("up", "down")
-            self.driver.execute_script(_SCROLL, action.element, sign, vertical)
+            self.browser.call_in_page(_SCROLL, action.element, sign, vertical)
         elif kind == "swipe":
             (x0, y0), (x1, y1) = self._page_point(action.point), self._page_point(action.end)
             # a finger moving up drags the content up: the page scrolls down
@@ -588,8 +595,8 @@ def _not_typeable(text: str) -> str | None:
     return None
 
 
-_SELECT_FOR_TYPING = """
-const el = window.__rlsysElements[arguments[0]];
+_SELECT_FOR_TYPING = """(index) => {
+const el = window.__rlsysElements[index];
 let focused = document.activeElement;  // inside a same-origin iframe or a shadow root: what has focus in there
 while (focused && (focused.shadowRoot?.activeElement || focused.contentDocument?.activeElement)) {
   focused = focused.shadowRoot?.activeElement || focused.contentDocument.activeElement;
@@ -605,12 +612,11 @@ else { const range = target.ownerDocument.createRange(); range.selectNodeContent
        const selection = target.ownerDocument.getSelection();
        selection.removeAllRanges(); selection.addRange(range); }
 return true;
-"""
+}"""
 
-_SCROLL = """
-const [index, sign, vertical] = arguments;
+_SCROLL = """(index, sign, vertical) => {
 const target = index === null ? null : window.__rlsysElements[index];
 const size = target ? (vertical ? target.clientHeight : target.clientWidth) : (vertical ? innerHeight : innerWidth);
 const delta = sign * Math.round(size * 2 / 3);
 (target || window).scrollBy(vertical ? 0 : delta, vertical ? delta : 0);
-"""
+}"""

@@ -44,6 +44,9 @@ PAGES = {
           [confirm('Sure?'), prompt('Name?', 'Bob'), prompt('Age?'), print()].join('|')">Ask</button>
         <button onclick="onbeforeunload = (e) => { e.preventDefault(); return 'Leave?'; }">Arm</button>
         </body></html>""",
+    "/spoiler.html": """<!doctype html><html><body style="height: 3000px">
+        <input id="q" placeholder="Field"> <textarea aria-label="Notes" rows="3">1\n2\n3\n4\n5\n6\n7\n8</textarea>
+        <script>setInterval(() => { window.__rlsysElements = null; }, 5)</script></body></html>""",
     "/typing.html": """<!doctype html><html><body>
         <form onsubmit="event.preventDefault(); document.getElementById('out').textContent = 'submitted'">
           <input id="q" placeholder="Type here"></form><div id="out">nothing yet</div></body></html>""",
@@ -261,4 +264,16 @@ def test_a_lone_surrogate_is_an_action_error(env, pages, site, action):
     assert result.observation.extras["feedback"] == result.info["action_error"]
     assert page_text(env) == "nothing yet" and env.driver.execute_script("return q.value") == ""  # nothing done
     assert result.observation.location == f"{pages}/typing.html"
+    assert_runs_a_normal_episode(env, site)
+
+
+@pytest.mark.parametrize("action", ["Scroll [{box}]; [down]", "Type [{field}]; [text]"])
+def test_a_page_that_undoes_the_element_list_makes_an_action_error(env, pages, site, action):
+    """The env's list of the observed elements lives in the page; a page that replaces it costs the action,
+    not the browser."""
+    env.reset(task(pages, "spoiler.html"))
+    box, field = index_of(env, "Notes"), index_of(env, "Field")
+    result = env.step(pae(action.format(box=box, field=field)))
+    assert "would not take the action" in result.info["action_error"] and not result.done
+    assert result.observation.extras["feedback"] == result.info["action_error"]
     assert_runs_a_normal_episode(env, site)

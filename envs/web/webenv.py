@@ -125,7 +125,13 @@ class WebEnv:
     def _launch(self) -> Browser:
         cfg = self.cfg
         return Browser(
-            cfg.chromium, cfg.chromedriver, cfg.viewport, cfg.headless, cfg.step_timeout_s, self.proxy.address
+            cfg.chromium,
+            cfg.chromedriver,
+            cfg.viewport,
+            cfg.headless,
+            cfg.step_timeout_s,
+            self.proxy.address,
+            cfg.browser_profile_dir,
         )
 
     # the browser's memory is read every this many episodes: reading every process's unique memory costs ~30 ms

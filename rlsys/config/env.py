@@ -88,6 +88,9 @@ class EnvConfig:
     # unique memory (MiB, read every 10 episodes; 0: never), or once it has served this many episodes (0: never)
     browser_memory_mb: int = 1536
     browser_max_episodes: int = 0
+    # where each browser's throwaway profile (cookies, HTTP cache, storage) lives; "": /dev/shm (in RAM) where it
+    # has 1 GiB free, else the system's temp folder
+    browser_profile_dir: str = ""
     search_engine: str = "https://www.google.com/"
     # a self-hosted site (WebArena) reset between episodes: argv, run every `instance_reset_every`
     instance_reset_command: list[str] | None = None

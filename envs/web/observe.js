@@ -15,22 +15,23 @@ const changedAt = () => Math.max(lastChange, window.__rlsysLastChange ?? -Infini
 
 // The element scan (elements.js) is the costly part of reading a page. Once the page is loaded and idle it runs
 // while the quiet window is still being waited out, and is used if nothing that moves or restyles elements
-// without changing the DOM happened after it: those events, DOM changes and running animations send the page
-// to a scan afresh, as does a scan that went into frames or shadow roots (their DOM is not observed here).
+// without changing the DOM happened after it began: those events, DOM changes and running animations send the
+// page to a scan afresh, as does a scan that went into frames or shadow roots (their DOM is not observed here).
 // It waits for a frame first, so that the scroll events of the env's own last action are behind it.
 const finder = elementFinder(rootSelector, skipIds, area);
 let early = null;  // {scanned, at}
 let disturbed = false, framed = false;
 const DISTURBING = ["scroll", "load", "error", "resize", "focusin", "focusout", "mouseover", "mouseout",
-  "transitionrun", "transitionstart", "transitionend", "transitioncancel", "animationstart", "animationend", "animationcancel",
-  "contentvisibilityautostatechange"];
+  "transitionrun", "transitionstart", "transitionend", "transitioncancel",
+  "animationstart", "animationend", "animationcancel", "contentvisibilityautostatechange"];
 const disturb = () => { disturbed = true; };
 for (const type of DISTURBING) window.addEventListener(type, disturb, true);
 document.fonts?.addEventListener("loadingdone", disturb);
 requestAnimationFrame(() => setTimeout(() => { framed = true; }, 0));
 function earlyScanHolds() {
   try {
-    return Boolean(early) && !early.scanned.opaque && !disturbed && changedAt() < early.at && (document.fonts?.status ?? "loaded") === "loaded"
+    return Boolean(early) && !early.scanned.opaque && !disturbed && changedAt() < early.at
+      && (document.fonts?.status ?? "loaded") === "loaded"
       && !document.getAnimations().some((animation) => animation.playState === "running");
   } catch (e) { return false; }  // a page that replaced what this asks
 }
@@ -48,7 +49,10 @@ function elements() {
   const idle = document.readyState === "complete" && !(window.__rlsysPending > 0) && !navigating;
   const quiet = idle && now - changedAt() >= quietMs;
   if (!quiet && now - start < timeoutMs) {
-    if (idle && framed && !early) early = { at: performance.now(), scanned: finder.scan() };
+    if (idle && framed && !early) {
+      disturbed = false;  // what happened before the scan is in it
+      early = { at: performance.now(), scanned: finder.scan() };
+    }
     setTimeout(check, 10);
     return;
   }

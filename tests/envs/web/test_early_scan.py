@@ -6,7 +6,7 @@ observation lists what is there at the end of the window."""
 import pytest
 
 from rlsys.envs.web.webenv import WebEnv
-from tests.envs.web.test_env_web import index_of, pae, task, web_config
+from tests.envs.web.test_env_web import index_of, page_text, pae, task, web_config
 
 QUIET_MS = 400  # the page's changes come 150-200 ms after the click, well after the early scan
 
@@ -32,6 +32,14 @@ def test_a_quiet_page_uses_the_early_scan(env, site):
     assert result.observation.extras["early_scan"]
     assert result.observation.extras["settled"]
     assert "Near link" in texts(result) and "Far link" not in texts(result)
+
+
+def test_what_happened_before_the_early_scan_does_not_void_it(env, site):
+    """Resize events for 30 ms after the click, then a fetch of 0.4 s whose answer is written into the page:
+    the scan comes after the answer, and the events before it are in it."""
+    result = click(env, site, "Busy, then load")
+    assert result.observation.extras["early_scan"] and result.observation.extras["settled"]
+    assert page_text(env) == "loaded slowly"
 
 
 def test_scrolling_the_window_by_the_env_leaves_the_early_scan_valid(env, site):

@@ -6,7 +6,7 @@ observation lists what is there at the end of the window."""
 import pytest
 
 from rlsys.envs.web.webenv import WebEnv
-from tests.envs.web.test_env_web import index_of, page_text, pae, task, web_config
+from tests.envs.web.test_env_web import index_of, pae, page_text, task, web_config
 
 QUIET_MS = 400  # the page's changes come 150-200 ms after the click, well after the early scan
 

@@ -35,8 +35,9 @@ def test_a_quiet_page_uses_the_early_scan(env, site):
 
 
 def test_what_happened_before_the_early_scan_does_not_void_it(env, site):
-    """Resize events for 30 ms after the click, then a fetch of 0.4 s whose answer is written into the page:
-    the scan comes after the answer, and the events before it are in it."""
+    """Resize events for 30 ms after the click, then a request of 0.4 s whose answer is written into the page
+    while the request still counts as in flight (its load handler runs before its loadend): the scan comes
+    after the answer, and the events before it are in it."""
     result = click(env, site, "Busy, then load")
     assert result.observation.extras["early_scan"] and result.observation.extras["settled"]
     assert page_text(env) == "loaded slowly"

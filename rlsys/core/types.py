@@ -68,6 +68,7 @@ class ActionSample:
     text: str
     logprob: float | None
     version: int
+    token_ids: list[int] | None = None  # what was sampled, where the learner must score those ids (vLLM)
 
 
 @dataclass
@@ -82,6 +83,7 @@ class Step:
     timings: dict = field(default_factory=dict)
     error: str | None = None
     info: dict = field(default_factory=dict)  # env events: dialogs, blocked navigation, answer, verdict
+    token_ids: list[int] | None = None  # the action's sampled token ids, when the policy reported them
 
 
 @dataclass

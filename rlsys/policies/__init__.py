@@ -15,6 +15,10 @@ def policy_class(kind: str):
         from rlsys.policies.tiny_t5 import TinyT5Policy
 
         return TinyT5Policy
+    if kind == "causal_lm":
+        from rlsys.policies.causal_lm import CausalLMPolicy
+
+        return CausalLMPolicy
     if kind == "element_pointer":
         from rlsys.policies.element_pointer import ElementPointerPolicy
 

@@ -28,9 +28,19 @@ def make_env(cfg: Config, env_id: str, fuzzy_judge=None):
     return envs.make_env(cfg.env, env_id, fuzzy_judge)
 
 
+def served_policy(cfg: Config, server):
+    """A runner's view of the actor that acts for it (`policy.placement` server or vllm)."""
+    if cfg.policy.placement == "vllm":
+        from rlsys.actors.vllm_placement import EnginePolicy
+
+        return EnginePolicy(server, cfg.policy)
+    from rlsys.actors.inference_server import ServedPolicy
+
+    return ServedPolicy(server)
+
+
 class EnvRunner:
     def __init__(self, runner_id: str, cfg: Config, weight_store, seed: int, policy_server=None, evaluator=None):
-        from rlsys.actors.inference_server import ServedPolicy
         from rlsys.policies import build_policy, needs_torch
 
         self.runner_id = runner_id
@@ -46,7 +56,7 @@ class EnvRunner:
             torch.set_num_threads(1)  # many runners share few cores; inference is tiny
         # Built like the learner's (run seed), so a frozen base matches when only adapters are
         # published; this runner's own seed then drives its sampling.
-        self.policy = ServedPolicy(policy_server) if self.served else build_policy(cfg.policy, seed=cfg.run.seed)
+        self.policy = served_policy(cfg, policy_server) if self.served else build_policy(cfg.policy, seed=cfg.run.seed)
         if self.uses_torch:
             torch.manual_seed(seed)
         elif hasattr(self.policy, "manual_seed"):  # a policy that samples without torch has its own generator
@@ -141,6 +151,7 @@ class EnvRunner:
                         timings={"act_s": t1 - t0, "env_s": t2 - t1, **({"reset_s": reset_s} if not steps else {})},
                         error=info.get("parse_error") or info.get("action_error"),
                         info={k: v for k, v in info.items() if k not in _STEP_FIELDS and v is not None},
+                        token_ids=sample.token_ids,
                     )
                 )
                 if instance_reset is not None and len(steps) == 1:

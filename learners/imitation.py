@@ -24,14 +24,22 @@ class ActorSample:
     action: str
     behaviour_logprob: float | None
     weight: float = 1.0
+    token_ids: list[int] | None = None  # as sampled, where the policy reported them: scored instead of the text
 
     @classmethod
     def of(cls, step: Step) -> ActorSample:
-        return cls(step.observation, step.action_text, step.logprob)
+        return cls(step.observation, step.action_text, step.logprob, token_ids=step.token_ids)
 
 
 def samples_of(trajectories: list[Trajectory]) -> list[ActorSample]:
     return [ActorSample.of(t.steps[i]) for t in trajectories for i in imitable_steps(t)]
+
+
+def sampled_ids(batch: list[ActorSample]) -> dict:
+    """`token_ids=` for token_logprobs when some actions came with their sampled ids (policies that
+    report none take no such argument)."""
+    ids = [s.token_ids for s in batch]
+    return {"token_ids": ids} if any(i is not None for i in ids) else {}
 
 
 class ActorUpdate:
@@ -59,11 +67,12 @@ class ActorUpdate:
 
     def loss_sum(self, batch: list[ActorSample]) -> LossSum:
         observations, actions = [s.observation for s in batch], [s.action for s in batch]
-        token_logp, mask = self.policy.token_logprobs(observations, actions)
+        scored = sampled_ids(batch)
+        token_logp, mask = self.policy.token_logprobs(observations, actions, **scored)
         weights = torch.tensor([s.weight for s in batch], device=token_logp.device, dtype=torch.float32)
         if self.correct_off_policy:
             rho, unknown = importance_weights(
-                self._logprobs_as_acted(observations, actions), [s.behaviour_logprob for s in batch],
+                self._logprobs_as_acted(observations, actions, scored), [s.behaviour_logprob for s in batch],
                 self.cfg.importance_clip,
             )  # fmt: skip
             weights = weights * rho
@@ -74,14 +83,14 @@ class ActorUpdate:
             return token_nll(token_logp, mask, weights)
         return sequence_nll(token_logp, weights)
 
-    def _logprobs_as_acted(self, observations, actions) -> torch.Tensor:
+    def _logprobs_as_acted(self, observations, actions, scored: dict) -> torch.Tensor:
         """log pi(a|s) for the importance ratio, computed as the runner computed mu: dropout off, no gradient
         (temperature, grammar mask and suppressed tokens are token_logprobs' already). Scored in train mode,
         dropout alone pulled the mean of min(1, pi/mu) to 0.77-0.84 at zero policy lag."""
         self.policy.eval()
         try:
             with torch.no_grad():
-                return self.policy.token_logprobs(observations, actions)[0].sum(-1)
+                return self.policy.token_logprobs(observations, actions, **scored)[0].sum(-1)
         finally:
             self.policy.train()
 

@@ -59,6 +59,7 @@ SCHEMA = pa.schema(
         ("timings", pa.string()),
         ("step_error", pa.string()),
         ("step_info", pa.string()),  # JSON: what the env reported besides the observation
+        ("token_ids", pa.list_(pa.int32())),  # the sampled ids, where the policy reported them
     ]
 )
 
@@ -76,8 +77,9 @@ def decode_features(data: bytes | None) -> dict[str, np.ndarray]:
 
 
 GROUPING_COLUMNS = ("task_id", "task_group", "split", "iteration", "is_final")
+READ_IF_PRESENT = ("token_ids",)  # added later: shards written before it lack it
 # what reading needs: every shard has these, also those written before the grouping columns existed
-STORED_SINCE_THE_START = [n for n in SCHEMA.names if n not in GROUPING_COLUMNS]
+STORED_SINCE_THE_START = [n for n in SCHEMA.names if n not in GROUPING_COLUMNS + READ_IF_PRESENT]
 
 
 def to_table(trajectories: Iterable[Trajectory], split: str = "train", iteration: int | None = None) -> pa.Table:
@@ -113,6 +115,7 @@ def to_table(trajectories: Iterable[Trajectory], split: str = "train", iteration
             "timings": json.dumps(step.timings) if step else None,
             "step_error": step.error if step else None,
             "step_info": json.dumps(step.info) if step else None,
+            "token_ids": step.token_ids if step else None,
         }
         for k, v in values.items():
             rows[k].append(v)
@@ -166,6 +169,7 @@ def from_table(table: pa.Table) -> list[Trajectory]:
                 timings=json.loads(r["timings"]),
                 error=r["step_error"],
                 info=json.loads(r["step_info"]),
+                token_ids=r.get("token_ids"),
             )
         )
     return list(out.values())
@@ -183,6 +187,9 @@ def write_shard(path: Path, trajectories: list[Trajectory], split: str = "train"
 def read_table(path: Path, columns: list[str] | None = None) -> pa.Table:
     """A shard's columns, every page's checksum verified; StorageError naming the file otherwise."""
     try:
+        if columns is not None:
+            present = pq.read_schema(path).names
+            columns = columns + [c for c in READ_IF_PRESENT if c in present and c not in columns]
         return pq.read_table(path, columns=columns, page_checksum_verification=True)
     except (pa.ArrowInvalid, OSError) as e:
         damaged = "CRC" in str(e) or "checksum" in str(e).lower()

@@ -124,6 +124,20 @@ def test_shards_written_before_the_grouping_columns_still_read(tmp_path):
     assert back.final_observation.screenshot_png == trajs[0].final_observation.screenshot_png
 
 
+def test_sampled_token_ids_round_trip_and_older_shards_read_without_them(tmp_path):
+    import pyarrow.parquet as pq
+
+    from rlsys.data.shards import to_table
+
+    traj = trajectory(2, seed=9)
+    traj.steps[0].token_ids = [99, 108, 105, 99, 107]  # the second step's policy reported none
+    ShardWriter(tmp_path / "new").write([traj])
+    back = read_trajectories(tmp_path / "new")[0]
+    assert [s.token_ids for s in back.steps] == [[99, 108, 105, 99, 107], None]
+    pq.write_table(to_table([traj]).drop_columns(["token_ids"]), tmp_path / "shard-000000.parquet")
+    assert [s.token_ids for s in read_trajectories(tmp_path)[0].steps] == [None, None]
+
+
 def noisy_trajectory(seed: int) -> Trajectory:
     """Screenshots of noise: zstd stores them nearly verbatim, so zeroed bytes there decode without an error."""
     traj = trajectory(2, seed=seed)

@@ -17,6 +17,7 @@ class WeightStore:
     def __init__(self) -> None:
         self.version = -1
         self._ref: ray.ObjectRef | None = None
+        self._model_files: ray.ObjectRef | None = None
 
     def publish(self, version: int, state_dict: dict) -> int:
         """Store `state_dict` (name -> tensor; best sent as `pack_state_dict(state)`, which arrives here
@@ -26,6 +27,15 @@ class WeightStore:
         self._ref = ray.put(state_dict if isinstance(state_dict, PackedStateDict) else pack_state_dict(state_dict))
         self.version = version
         return version
+
+    def put_model_files(self, files: dict[str, bytes]) -> None:
+        """The files of a model built from config (file name -> bytes), for inference engines that load a
+        folder: the store keeps them for as long as the run, so an engine Ray restarts finds them again."""
+        self._model_files = ray.put(files)
+
+    def get_model_files(self) -> list:
+        """[ref] to what `put_model_files` stored, wrapped so Ray does not inline it; [] before."""
+        return [self._model_files] if self._model_files is not None else []
 
     def get_version(self) -> int:
         return self.version

@@ -11,6 +11,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+PY=${PYTHON:-python3}
+# The vLLM placement's tests run a real engine (vLLM's CPU build) from its own environment, built
+# meanwhile: it shares nothing with the steps below.
+if [ "${1:-}" = "--test" ]; then
+  PYTHON=$PY bash scripts/setup-vllm.sh > .venv-vllm.log 2>&1 &
+  VLLM_SETUP=$!
+fi
 if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null
@@ -20,8 +27,12 @@ if [ "${1:-}" = "--test" ] && ! dpkg -s $DOC_SITES >/dev/null 2>&1; then
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends $DOC_SITES >/dev/null
 fi
-PY=${PYTHON:-python3}
 # torch first, pinned: an unpinned torch would pull several GB of CUDA packages.
 $PY -m pip install -q "torch==${TORCH_VERSION:-2.13.0}"
 # every other package at the version CI last passed with (constraints.txt, written by scripts/lock.py)
 $PY -m pip install -q -c constraints.txt -e ".[web,android,dev]"
+if [ -n "${VLLM_SETUP:-}" ] && ! wait "$VLLM_SETUP"; then
+  tail -n 30 .venv-vllm.log
+  echo "scripts/setup-vllm.sh failed (log: .venv-vllm.log)" >&2
+  exit 1
+fi

@@ -40,6 +40,10 @@ def check_consistency(cfg: Config) -> None:
             f"policy.kind = 'tiny_t5' decodes with the element grammar; set env.action_space = 'element' "
             f"(got {cfg.env.action_space!r})"
         )
+    if cfg.policy.placement == "vllm" and cfg.policy.kind != "causal_lm":
+        raise ConfigError(
+            f"policy.placement = 'vllm' serves text policies (policy.kind = 'causal_lm'), got {cfg.policy.kind!r}"
+        )
     if cfg.policy.prompt == "auto":
         if cfg.policy.kind in ("vlm", "api") and cfg.env.action_space == "coords":
             raise ConfigError("no packaged prompt for env.action_space 'coords'; set policy.prompt to a .txt template")

@@ -41,8 +41,25 @@ class ServerConfig:
 
 
 @dataclass
+class VLLMConfig:
+    """`placement: vllm`: vLLM engines that batch requests from every runner (docs/inference.md)."""
+
+    python: str = "auto"  # the engines' interpreter; auto: .venv-vllm (scripts/setup-vllm.sh), else this one
+    num_engines: int = 1
+    num_gpus: float = 0.0  # per engine: tensor_parallel_size GPUs for a sharded one
+    num_cpus: float = 1.0
+    tensor_parallel_size: int = 1
+    max_num_seqs: int = 64  # requests one engine runs at once
+    gpu_memory_utilization: float = 0.9
+    kv_cache_gib: int = 1  # CPU build: memory for the KV cache (whole GiB)
+    enforce_eager: bool = False  # True: no CUDA graphs (faster start, slower steps)
+    max_restarts: int = 3  # engine actors Ray may restart after a crash
+    start_timeout_s: float = 600.0
+
+
+@dataclass
 class PolicyConfig:
-    kind: Literal["tiny_t5", "element_pointer", "autoui", "vlm", "api", "random"] = "tiny_t5"
+    kind: Literal["tiny_t5", "causal_lm", "element_pointer", "autoui", "vlm", "api", "random"] = "tiny_t5"
     path: str | None = None  # a save_pretrained folder to start from; None: a fresh model built from config
     arch: Literal["llava", "qwen2_vl"] = "llava"  # vlm built from config (tiny preset) when path is None
     # sizes of models built from config
@@ -66,6 +83,7 @@ class PolicyConfig:
     gradient_checkpointing: bool = False
     lora: LoraConfig = field(default_factory=LoraConfig)
     publish: Literal["auto", "full", "adapter"] = "auto"  # auto: adapter-only when LoRA freezes the base
-    placement: Literal["runner", "server"] = "runner"
+    placement: Literal["runner", "server", "vllm"] = "runner"
     server: ServerConfig = field(default_factory=ServerConfig)
+    vllm: VLLMConfig = field(default_factory=VLLMConfig)
     api: ApiConfig = field(default_factory=ApiConfig)

@@ -1,0 +1,149 @@
+"""`policy.placement: vllm` on the rlsys side: starting the engines (actors/vllm_engine.py) from the
+vLLM environment, and `EnginePolicy`, a runner's view of an engine.
+
+The runner builds the prompt and the action grammar's regular expression; the engine tokenizes,
+samples under the grammar (vLLM's structured outputs, llguidance backend) and returns the text, the
+sampled ids and their log-prob. A model built from config (no `policy.path`) is saved once here and
+kept in the weight store as bytes, so an engine on another node, or one Ray restarted, needs no
+shared folder.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import ray
+
+from rlsys.actors.vllm_engine import RemoteVLLMEngine, engine_name
+from rlsys.config import Config, PolicyConfig
+from rlsys.config.errors import ConfigError
+from rlsys.config.model_source import model_folder
+from rlsys.core.types import ActionSample
+from rlsys.policies.causal_lm import DEFAULT_LORA_TARGETS, load_tokenizer, prompt_ids
+from rlsys.policies.grammar_regex import grammar_regex_or_none
+from rlsys.policies.vlm import ADAPTER_DIR, BASE_DIR, lora_base
+
+# scripts/setup-vllm.sh builds it beside the source tree
+DEFAULT_VENV = Path(__file__).resolve().parents[1] / ".venv-vllm"
+
+
+def vllm_python(setting: str) -> str:
+    """The interpreter the engines run on: `policy.vllm.python`, or (auto) the environment that
+    scripts/setup-vllm.sh builds, or this one when it has vLLM itself."""
+    if setting != "auto":
+        if not Path(setting).is_file():
+            raise ConfigError(f"policy.vllm.python: no interpreter at {setting!r}")
+        return setting
+    built = DEFAULT_VENV / "bin" / "python"
+    if built.is_file():
+        return str(built)
+    if importlib.util.find_spec("vllm") is not None:
+        return sys.executable
+    raise ConfigError(
+        "policy.placement = 'vllm' needs vLLM: run scripts/setup-vllm.sh (it builds .venv-vllm), "
+        "or set policy.vllm.python to a Python that has vllm and the same ray as this one"
+    )
+
+
+def engine_args(cfg: Config) -> dict:
+    v = cfg.policy.vllm
+    return {
+        "dtype": {"auto": "auto", "float32": "float32", "bfloat16": "bfloat16"}[cfg.policy.dtype],
+        "max_model_len": cfg.policy.max_prompt_tokens + cfg.policy.max_new_tokens + 1,
+        "max_num_seqs": v.max_num_seqs,
+        "tensor_parallel_size": v.tensor_parallel_size,
+        "gpu_memory_utilization": v.gpu_memory_utilization,
+        "enforce_eager": v.enforce_eager,
+        "seed": cfg.run.seed,
+        "structured_outputs_config": {"backend": "guidance"},  # builds a grammar in about a millisecond
+    }
+
+
+def engine_env(cfg: Config) -> dict[str, str]:
+    return {"VLLM_CPU_KVCACHE_SPACE": str(cfg.policy.vllm.kv_cache_gib), "TOKENIZERS_PARALLELISM": "false"}
+
+
+def model_source(cfg: Config) -> tuple[str | None, dict[str, bytes] | None, dict | None]:
+    """(what vLLM loads: a folder or Hub id, or the files of a model built from config; the adapter's
+    settings when the learner publishes adapters). A checkpoint is named, never loaded here."""
+    policy = cfg.policy
+    adapters = policy.lora.enabled and policy.publish != "full"
+    if policy.path:
+        folder = model_folder(policy.path, "policy.path")
+        if (folder / ADAPTER_DIR).is_dir():  # a LoRA checkpoint: vLLM loads its base, the adapter comes published
+            config = json.loads((folder / ADAPTER_DIR / "adapter_config.json").read_text())
+            lora = {"r": config["r"], "lora_alpha": config["lora_alpha"], "target_modules": config["target_modules"]}
+            return str(lora_base(folder)[0]), None, lora if adapters else None
+        lora = {"r": policy.lora.r, "lora_alpha": policy.lora.alpha}
+        lora["target_modules"] = policy.lora.target_modules or DEFAULT_LORA_TARGETS
+        return policy.path, None, lora if adapters else None
+    from rlsys.policies import build_policy
+
+    built = build_policy(policy, seed=cfg.run.seed)  # what the learner starts from
+    with tempfile.TemporaryDirectory() as tmp:
+        built.save_pretrained(tmp)
+        base = Path(tmp) / BASE_DIR if built.adapter_only else Path(tmp)
+        files = {p.name: p.read_bytes() for p in base.iterdir() if p.is_file()}
+    return None, files, built.adapter_config() if built.adapter_only else None
+
+
+def start_engines(cfg: Config, weight_store, seed: int) -> list:
+    """Start `policy.vllm.num_engines` engines and wait until each has loaded its model."""
+    v = cfg.policy.vllm
+    python = vllm_python(v.python)
+    model_dir, model_files, lora = model_source(cfg)
+    if model_files is not None:
+        ray.get(weight_store.put_model_files.remote(model_files), timeout=120)
+    engines = [
+        RemoteVLLMEngine.options(
+            name=engine_name(i),
+            num_cpus=v.num_cpus,
+            num_gpus=v.num_gpus,
+            max_restarts=v.max_restarts,
+            max_task_retries=1,  # a request that met a dying engine is asked again of its successor
+            max_concurrency=1000,
+            runtime_env={"py_executable": python, "env_vars": engine_env(cfg)},
+        ).remote(
+            weight_store,
+            {**engine_args(cfg), "seed": seed * 1000 + i},
+            model_dir=model_dir,
+            lora=lora,
+            max_new_tokens=cfg.policy.max_new_tokens,
+            temperature=cfg.policy.temperature,
+        )
+        for i in range(v.num_engines)
+    ]
+    try:
+        ray.get([e.start.remote() for e in engines], timeout=v.start_timeout_s)
+    except Exception as e:
+        for engine in engines:
+            ray.kill(engine, no_restart=True)
+        raise RuntimeError(f"a vLLM engine failed to start (python {python}): {e}") from e
+    return engines
+
+
+class EnginePolicy:
+    """A runner's view of a vLLM engine: `act` like a local replica; no weights here."""
+
+    def __init__(self, engine, cfg: PolicyConfig, timeout_s: float = 600.0):
+        self.engine = engine
+        self.cfg = cfg
+        self.tokenizer = load_tokenizer(cfg)
+        self.timeout_s = timeout_s
+        self.version = -1
+
+    def act(self, observations, greedy: bool = False) -> list[ActionSample]:
+        prompts = [prompt_ids(self.tokenizer, o, self.cfg.max_prompt_tokens) for o in observations]
+        grammars = [o.extras.get("grammar") if self.cfg.constrained else None for o in observations]
+        regexes = [grammar_regex_or_none(g) for g in grammars]
+        results = ray.get(self.engine.generate.remote(prompts, regexes, greedy), timeout=self.timeout_s)
+        samples = [ActionSample(r["text"], r["logprob"], r["version"], r["token_ids"]) for r in results]
+        self.version = min(s.version for s in samples)
+        return samples
+
+    def log_probs(self, observations, actions):
+        raise NotImplementedError("an engine-served policy scores on the learner; runners only act")

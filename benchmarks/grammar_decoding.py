@@ -54,6 +54,7 @@ import rlsys.core.grammar as core_grammar
 from rlsys.core.grammar import Grammar
 from rlsys.envs.web.spaces import coords, pae
 from rlsys.envs.web.spaces.element import grammar as element_grammar
+from rlsys.policies.causal_lm import byte_symbols
 from rlsys.policies.grammar_decoding import GrammarLogitsProcessor, TokenTable, grammar_token_mask
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,16 +65,7 @@ PIECE = re.compile(r" ?[A-Za-z]+| ?[0-9]| ?[^\sA-Za-z0-9]+|\s+")
 
 def bytes_to_unicode() -> dict[int, str]:
     """GPT-2's byte-to-symbol map, which `pre_tokenizers.ByteLevel` and its decoder use."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
-    printable += list(range(ord("®"), ord("ÿ") + 1))
-    symbols, extra = {}, 0
-    for b in range(256):
-        if b in printable:
-            symbols[b] = chr(b)
-        else:
-            symbols[b] = chr(256 + extra)
-            extra += 1
-    return symbols
+    return dict(enumerate(byte_symbols()))
 
 
 def vocabulary(size: int, seed: int = 0) -> list[str]:

@@ -20,7 +20,10 @@ def torch_dtype(cfg: PolicyConfig, device: str) -> torch.dtype:
 
 class ModulePolicy:
     """The learner-facing half of the Policy contract for a policy whose weights are one torch module,
-    `self.model`; subclasses implement `act` and `token_logprobs`."""
+    `self.model`; subclasses implement `act` and `token_logprobs`. `adapter_only`: a LoRA (peft) model
+    whose base is frozen, so its weights to publish are the adapter alone."""
+
+    adapter_only = False
 
     def log_probs(self, observations: Sequence[Observation], actions: Sequence[str]) -> torch.Tensor:
         logp, _ = self.token_logprobs(observations, actions)
@@ -36,10 +39,24 @@ class ModulePolicy:
         self.model.eval()
 
     def state_dict(self) -> dict:
-        return {k: v.detach().to("cpu") for k, v in self.model.state_dict().items()}
+        """What a runner needs to match the learner: the adapter alone when the base is frozen."""
+        if self.adapter_only:
+            from peft import get_peft_model_state_dict
+
+            state = get_peft_model_state_dict(self.model)
+        else:
+            state = self.model.state_dict()
+        return {k: v.detach().to("cpu") for k, v in state.items()}
 
     def load_state_dict(self, state: dict, version: int | None = None) -> None:
-        self.model.load_state_dict(state)
+        if self.adapter_only:
+            from peft import set_peft_model_state_dict
+
+            result = set_peft_model_state_dict(self.model, state)
+            if getattr(result, "unexpected_keys", None):
+                raise KeyError(f"adapter weights that this policy does not have: {result.unexpected_keys[:5]}")
+        else:
+            self.model.load_state_dict(state)
         if version is not None:
             self.version = version
 

@@ -252,30 +252,6 @@ class CausalLMPolicy(HFPolicy):
         grammars = self.grammars(observations)
         return scored_tokens(logits, targets, mask, self.cfg.temperature, grammars, self.tokens), mask
 
-    # -- weights
-
-    def state_dict(self) -> dict:
-        """What a runner needs to match the learner: the adapter alone when the base is frozen."""
-        if self.adapter_only:
-            from peft import get_peft_model_state_dict
-
-            state = get_peft_model_state_dict(self.model)
-        else:
-            state = self.model.state_dict()
-        return {k: v.detach().to("cpu") for k, v in state.items()}
-
-    def load_state_dict(self, state: dict, version: int | None = None) -> None:
-        if self.adapter_only:
-            from peft import set_peft_model_state_dict
-
-            result = set_peft_model_state_dict(self.model, state)
-            if getattr(result, "unexpected_keys", None):
-                raise KeyError(f"adapter weights that this policy does not have: {result.unexpected_keys[:5]}")
-        else:
-            self.model.load_state_dict(state)
-        if version is not None:
-            self.version = version
-
 
 def _with_lora(model, cfg: PolicyConfig):
     from peft import LoraConfig, get_peft_model

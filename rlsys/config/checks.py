@@ -44,6 +44,11 @@ def check_consistency(cfg: Config) -> None:
         raise ConfigError(
             f"policy.placement = 'vllm' serves text policies (policy.kind = 'causal_lm'), got {cfg.policy.kind!r}"
         )
+    if cfg.policy.placement == "vllm" and cfg.policy.lora.enabled and cfg.policy.publish == "full":
+        raise ConfigError(
+            "policy.placement = 'vllm' with LoRA serves the adapter on the engine's base: set policy.publish "
+            "to 'auto' or 'adapter' (not 'full')"
+        )
     if cfg.policy.prompt == "auto":
         if cfg.policy.kind in ("vlm", "api") and cfg.env.action_space == "coords":
             raise ConfigError("no packaged prompt for env.action_space 'coords'; set policy.prompt to a .txt template")

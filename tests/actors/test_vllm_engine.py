@@ -98,9 +98,11 @@ def test_new_weights_are_served_from_the_next_request(engine):
     assert stats["policy_version"] == 5 and stats["vllm/weight_syncs"] == 2
 
 
-def test_a_policy_kind_the_engine_cannot_serve_is_refused(tmp_path):
+def test_what_an_engine_cannot_serve_is_refused_when_the_config_loads(tmp_path):
     with pytest.raises(ConfigError, match="policy.placement = 'vllm' serves .*causal_lm.*'tiny_t5'"):
         make_config(tmp_path, policy__placement="vllm")
+    with pytest.raises(ConfigError, match="policy.publish"):  # the engine would get a LoRA model's full weights
+        vllm_config(tmp_path, policy__lora={"enabled": True}, policy__publish="full")
 
 
 def test_a_killed_engine_is_restarted_and_serves_the_newest_weights(engine):

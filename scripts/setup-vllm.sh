@@ -28,6 +28,8 @@ else
   $PIP "$VLLM_PACKAGE"
 fi
 $PIP "ray==$RAY_VERSION"
-# rlsys itself without its dependencies: the engine actor's module imports only vLLM, Ray and the standard library.
-$PIP --no-deps --no-build-isolation -e .
+# rlsys itself, from this source tree, without its dependencies: the engine actor's module imports only
+# vLLM, Ray and the standard library. A path file rather than an install: scripts/setup.sh may be
+# installing this tree into the main environment at the same time.
+echo "$PWD" > "$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/rlsys-source.pth"
 "$VENV/bin/python" -c "import vllm, rlsys.actors.vllm_engine"

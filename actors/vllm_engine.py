@@ -55,6 +55,13 @@ def remove_dead_workdirs() -> None:
             shutil.rmtree(folder, ignore_errors=True)
 
 
+def write_safetensors(state: dict, path: Path) -> None:
+    from safetensors.torch import save_file
+
+    # clones: tied weights share memory, which safetensors refuses to write twice
+    save_file({k: v.detach().clone().contiguous() for k, v in state.items()}, str(path))
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -211,12 +218,9 @@ class VLLMEngine:
         self.sync_s += time.perf_counter() - started
 
     async def _load_full(self, state: dict) -> None:
-        from safetensors.torch import save_file
-
         folder = self.workdir / "weights"
         folder.mkdir(exist_ok=True)
-        # clones: tied weights share memory, which safetensors refuses to write twice
-        save_file({k: v.detach().clone().contiguous() for k, v in state.items()}, str(folder / WEIGHTS_FILE))
+        write_safetensors(state, folder / WEIGHTS_FILE)
         async with self.weights_in_use.exclusive():
             await self.engine.pause_generation(mode="wait", clear_cache=True)
             try:
@@ -226,13 +230,11 @@ class VLLMEngine:
             await self.engine.resume_generation()
 
     def _load_adapter(self, version: int, state: dict) -> None:
-        from safetensors.torch import save_file
         from vllm.lora.request import LoRARequest
 
         folder = self.workdir / f"adapter-v{version}"
         folder.mkdir(exist_ok=True)
-        tensors = {k: v.detach().clone().contiguous() for k, v in state.items()}
-        save_file(tensors, str(folder / "adapter_model.safetensors"))
+        write_safetensors(state, folder / "adapter_model.safetensors")
         config = {"peft_type": "LORA", "task_type": "CAUSAL_LM", "bias": "none", **self.lora}
         (folder / "adapter_config.json").write_text(json.dumps({**config, "base_model_name_or_path": self.model_dir}))
         self.lora_request = LoRARequest(f"policy-v{version}", version + 1, str(folder))

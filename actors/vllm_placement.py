@@ -52,13 +52,12 @@ def vllm_python(setting: str) -> str:
 def engine_args(cfg: Config) -> dict:
     v = cfg.policy.vllm
     return {
-        "dtype": {"auto": "auto", "float32": "float32", "bfloat16": "bfloat16"}[cfg.policy.dtype],
+        "dtype": cfg.policy.dtype,  # the same three names in vLLM
         "max_model_len": cfg.policy.max_prompt_tokens + cfg.policy.max_new_tokens + 1,
         "max_num_seqs": v.max_num_seqs,
         "tensor_parallel_size": v.tensor_parallel_size,
         "gpu_memory_utilization": v.gpu_memory_utilization,
         "enforce_eager": v.enforce_eager,
-        "seed": cfg.run.seed,
         "structured_outputs_config": {"backend": "guidance"},  # builds a grammar in about a millisecond
     }
 

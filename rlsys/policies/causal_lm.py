@@ -190,9 +190,6 @@ class CausalLMPolicy(HFPolicy):
 
     # -- prompts
 
-    def _ids(self, text: str) -> list[int]:
-        return text_ids(self.tokenizer, text)
-
     def prompt_ids(self, obs: Observation) -> list[int]:
         return prompt_ids(self.tokenizer, obs, self.cfg.max_prompt_tokens)
 
@@ -239,9 +236,8 @@ class CausalLMPolicy(HFPolicy):
         positions go through the output head."""
         eos = self.tokenizer.eos_token_id
         token_ids = token_ids or [None] * len(actions)
-        suffixes = [
-            (list(ids) if ids is not None else self._ids(action)) + [eos] for action, ids in zip(actions, token_ids)
-        ]
+        sampled = [list(ids) if ids is not None else text_ids(self.tokenizer, a) for a, ids in zip(actions, token_ids)]
+        suffixes = [ids + [eos] for ids in sampled]
         rows = [self.prompt_ids(o) + s for o, s in zip(observations, suffixes)]
         batch = {k: v.to(self.device) for k, v in left_padded(rows, self.tokenizer.pad_token_id).items()}
         width = max(len(s) for s in suffixes)

@@ -4,8 +4,14 @@
 // `timeoutMs` has passed (reported as settled: false). The DOM's changes before this call are known where the
 // init script runs (page_init.js); elsewhere the quiet window starts with this call. Only elements visible in
 // `area` ([left, top, width, height] of the viewport) are listed.
-const [rootSelector, skipIds, quietMs, timeoutMs, area, sinceActionMs] = arguments;
+//
+// With `provisionalKey`, a page found idle before its quiet window is over gets an early answer,
+// {provisional: true, scroll}, so that the caller can take the screenshot while the page is scanned and the window
+// waited out; the description then goes to a promise at window[provisionalKey], which a second call awaits. It
+// says whether the screenshot shows the described page (`screenshot_holds`): nothing changed since the answer.
+const [rootSelector, skipIds, quietMs, timeoutMs, area, sinceActionMs, provisionalKey] = arguments;
 const reply = arguments[arguments.length - 1];
+let deliver = reply;
 const NAVIGATION_MS = 1000;
 const start = performance.now();
 let lastChange = Math.max(window.__rlsysLastChange ?? start, sinceActionMs === null ? -Infinity : start - sinceActionMs);
@@ -20,21 +26,23 @@ const changedAt = () => Math.max(lastChange, window.__rlsysLastChange ?? -Infini
 // It waits for a frame first, so that the scroll events of the env's own last action are behind it.
 const finder = elementFinder(rootSelector, skipIds, area);
 let early = null;  // {scanned, at}
-let disturbed = false, framed = false;
+let provisionalAt = null;
+let disturbedAt = -Infinity, framed = false;
 const DISTURBING = ["scroll", "load", "error", "resize", "focusin", "focusout", "mouseover", "mouseout",
   "transitionrun", "transitionstart", "transitionend", "transitioncancel",
   "animationstart", "animationend", "animationcancel", "contentvisibilityautostatechange"];
-const disturb = () => { disturbed = true; };
+const disturb = () => { disturbedAt = performance.now(); };
 for (const type of DISTURBING) window.addEventListener(type, disturb, true);
 document.fonts?.addEventListener("loadingdone", disturb);
 requestAnimationFrame(() => setTimeout(() => { framed = true; }, 0));
-function earlyScanHolds() {
+// Whether nothing that can move or restyle an element has happened since `at`, as far as this script can see.
+function unchangedSince(at) {
   try {
-    return Boolean(early) && !early.scanned.opaque && !disturbed && changedAt() < early.at
-      && (document.fonts?.status ?? "loaded") === "loaded"
+    return disturbedAt < at && changedAt() < at && (document.fonts?.status ?? "loaded") === "loaded"
       && !document.getAnimations().some((animation) => animation.playState === "running");
   } catch (e) { return false; }  // a page that replaced what this asks
 }
+const earlyScanHolds = () => Boolean(early) && !early.scanned.opaque && unchangedSince(early.at);
 let earlyScanUsed = false;
 function elements() {
   earlyScanUsed = earlyScanHolds();
@@ -49,17 +57,19 @@ function elements() {
   const idle = document.readyState === "complete" && !(window.__rlsysPending > 0) && !navigating;
   const quiet = idle && now - changedAt() >= quietMs;
   if (!quiet && now - start < timeoutMs) {
-    if (idle && framed && !early) {
-      disturbed = false;  // what happened before the scan is in it
-      early = { at: performance.now(), scanned: finder.scan() };
+    if (idle && framed && provisionalKey && provisionalAt === null) {
+      answerProvisionally();  // and scan on the next look, while the screenshot is being taken
+    } else if (idle && framed && !early) {
+      early = { at: performance.now(), scanned: finder.scan() };  // what happened before the scan is in it
     }
-    setTimeout(check, 10);
+    // once idle, look again when the quiet window would end rather than up to 10 ms after
+    setTimeout(check, idle ? Math.max(1, Math.min(10, quietMs - (performance.now() - changedAt()))) : 10);
     return;
   }
   observer.disconnect();
   for (const type of DISTURBING) window.removeEventListener(type, disturb, true);
   document.fonts?.removeEventListener("loadingdone", disturb);
-  reply({
+  deliver({
     settled: quiet,
     settle_ms: now - start,
     url: location.href,
@@ -67,6 +77,7 @@ function elements() {
     scroll: [scrollX, scrollY],
     elements: elements(),
     early_scan: earlyScanUsed,
+    screenshot_holds: provisionalAt !== null && earlyScanUsed && unchangedSince(provisionalAt),
     extra: (() => { /*EXTRA*/ })(),
     events: (() => {  // what page_init.js noted since the last read: dialogs it answered, tabs the page opened
       const events = window.__rlsysEvents;
@@ -74,3 +85,12 @@ function elements() {
     })(),
   });
 })();
+
+function answerProvisionally() {
+  let describe;
+  const described = new Promise((resolve) => { describe = resolve; });
+  Object.defineProperty(window, provisionalKey, { value: described, configurable: true });  // not enumerable
+  deliver = describe;
+  provisionalAt = performance.now();
+  reply({ provisional: true, scroll: [scrollX, scrollY] });
+}

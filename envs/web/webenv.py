@@ -12,6 +12,7 @@ a browser that breaks (EnvBrokenError); the env itself relaunches one before an 
 
 from __future__ import annotations
 
+import secrets
 import subprocess
 import time
 from collections import deque
@@ -382,7 +383,7 @@ class WebEnv:
         if not feedback and events.get("stopped_loading"):
             feedback = f"the page did not finish loading within {self.cfg.settle_timeout_s:g} s; loading was stopped"
         self._elements = [self._in_image(e) for e in page["elements"][: self.cfg.max_elements]]
-        png = self._screenshot(page["scroll"])
+        png = page.get("png") or self._screenshot(page["scroll"])
         if self.cfg.set_of_marks:
             png = draw_marks(png, self._elements)
         extras = {
@@ -392,6 +393,7 @@ class WebEnv:
             "settled": page["settled"] and not events.get("stopped_loading"),
             "settle_ms": round(page["settle_ms"], 1),
             "early_scan": page["early_scan"],  # the element scan ran while the quiet window was waited out
+            "early_screenshot": "png" in page,  # so did the screenshot
         }
         grammar = getattr(self.space, "grammar", None)
         if grammar is not None and (built := grammar(self._elements)) is not None:
@@ -432,24 +434,50 @@ class WebEnv:
 
     def _settle_and_read(self, events: dict) -> dict:
         """Wait for the current tab's page to settle and describe it (observe.js); the dialogs the page
-        answered go to events, the URLs it asked window.open for to page["opened"]."""
-        script = _observe_script(self.page_state_script)
-        settle = (self.cfg.settle_quiet_ms, self.cfg.settle_timeout_s * 1000)
-        since_action_ms = None if self._acted_at is None else (time.monotonic() - self._acted_at) * 1000
-        args = (self.root_selector, list(self.skip_ids), *settle, list(self.area), since_action_ms)
-        for attempt in range(1, _SETTLE_ATTEMPTS + 1):
-            started = time.monotonic()
-            try:
-                page = self._with_dialogs(lambda: self.driver.execute_async_script(script, *args), events)
-                break
-            except WebDriverException as e:  # if the page went away under the script, settle on the next one
-                gone = _document_went_away(e.msg or "", time.monotonic() - started, self.cfg.step_timeout_s)
-                if attempt == _SETTLE_ATTEMPTS or not gone:
-                    raise
+        answered go to events, the URLs it asked window.open for to page["opened"].
+
+        A page found idle before its quiet window is over is photographed while it is scanned and the rest of the
+        window is waited out (a screenshot takes about three frames); page["png"] is that screenshot if nothing
+        changed on the page since, and absent otherwise."""
+        key = "__rlsysSettling" + secrets.token_hex(8)
+        page = self._run_observe_script(events, key)
+        if page.get("provisional"):
+            png = self._with_dialogs(lambda: self._screenshot(page["scroll"]), events)
+            finished = self._finish_settling(key, events)
+            if finished is None:  # the page went away meanwhile: settle on the next one
+                page = self._run_observe_script(events, None)
+            else:
+                page = finished
+                if page["screenshot_holds"]:
+                    page["png"] = png
         if page["events"]["dialogs"]:
             events.setdefault("dialogs", []).extend(page["events"]["dialogs"])
         page["opened"] = page["events"]["opened"]
         return page
+
+    def _run_observe_script(self, events: dict, provisional_key: str | None) -> dict:
+        script = _observe_script(self.page_state_script)
+        settle = (self.cfg.settle_quiet_ms, self.cfg.settle_timeout_s * 1000)
+        since_action_ms = None if self._acted_at is None else (time.monotonic() - self._acted_at) * 1000
+        args = (self.root_selector, list(self.skip_ids), *settle, list(self.area), since_action_ms, provisional_key)
+        for attempt in range(1, _SETTLE_ATTEMPTS + 1):
+            started = time.monotonic()
+            try:
+                return self._with_dialogs(lambda: self.driver.execute_async_script(script, *args), events)
+            except WebDriverException as e:  # if the page went away under the script, settle on the next one
+                gone = _document_went_away(e.msg or "", time.monotonic() - started, self.cfg.step_timeout_s)
+                if attempt == _SETTLE_ATTEMPTS or not gone:
+                    raise
+
+    def _finish_settling(self, key: str, events: dict) -> dict | None:
+        """The description of a page that answered provisionally (observe.js); None if its document went away."""
+        started = time.monotonic()
+        try:
+            return self._with_dialogs(lambda: self.driver.execute_async_script(_FINISH_SETTLING, key), events)
+        except WebDriverException as e:
+            if not _document_went_away(e.msg or "", time.monotonic() - started, self.cfg.step_timeout_s):
+                raise
+            return None
 
     def _follow_or_close_new_tabs(self, requested: list[str], events: dict) -> bool:
         """Close the tabs opened since the last observation, or follow the last one (env.new_tabs);
@@ -600,6 +628,11 @@ def _not_typeable(text: str) -> str | None:
         )
     return None
 
+
+# Awaits the description a provisional answer of observe.js left at window[key]; null if the document is not the one.
+_FINISH_SETTLING = """const [key] = arguments, reply = arguments[arguments.length - 1];
+const described = window[key];
+if (described) { delete window[key]; described.then(reply); } else { reply(null); }"""
 
 _SELECT_FOR_TYPING = """(index) => {
 const el = window.__rlsysElements[index];

@@ -23,7 +23,7 @@ from rlsys.config import Config, PolicyConfig
 from rlsys.config.errors import ConfigError
 from rlsys.config.model_source import model_folder
 from rlsys.core.types import ActionSample
-from rlsys.policies.causal_lm import DEFAULT_LORA_TARGETS, load_tokenizer, prompt_ids
+from rlsys.policies.causal_lm import load_tokenizer, lora_settings, prompt_ids
 from rlsys.policies.grammar_regex import grammar_regex_or_none
 from rlsys.policies.vlm import ADAPTER_DIR, BASE_DIR, lora_base
 
@@ -77,9 +77,7 @@ def model_source(cfg: Config) -> tuple[str | None, dict[str, bytes] | None, dict
             config = json.loads((folder / ADAPTER_DIR / "adapter_config.json").read_text())
             lora = {"r": config["r"], "lora_alpha": config["lora_alpha"], "target_modules": config["target_modules"]}
             return str(lora_base(folder)[0]), None, lora if adapters else None
-        lora = {"r": policy.lora.r, "lora_alpha": policy.lora.alpha}
-        lora["target_modules"] = policy.lora.target_modules or DEFAULT_LORA_TARGETS
-        return policy.path, None, lora if adapters else None
+        return policy.path, None, lora_settings(policy) if adapters else None
     from rlsys.policies import build_policy
 
     built = build_policy(policy, seed=cfg.run.seed)  # what the learner starts from

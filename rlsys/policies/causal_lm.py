@@ -249,14 +249,17 @@ class CausalLMPolicy(HFPolicy):
         return scored_tokens(logits, targets, mask, self.cfg.temperature, grammars, self.tokens), mask
 
 
+def lora_settings(cfg: PolicyConfig) -> dict:
+    """The adapter `policy.lora` asks for, in peft's names: what the learner wraps the model with and what an
+    inference engine needs to load the adapters it publishes."""
+    return {
+        "r": cfg.lora.r,
+        "lora_alpha": cfg.lora.alpha,
+        "target_modules": cfg.lora.target_modules or DEFAULT_LORA_TARGETS,
+    }
+
+
 def _with_lora(model, cfg: PolicyConfig):
     from peft import LoraConfig, get_peft_model
 
-    lora = LoraConfig(
-        r=cfg.lora.r,
-        lora_alpha=cfg.lora.alpha,
-        lora_dropout=cfg.lora.dropout,
-        target_modules=cfg.lora.target_modules or DEFAULT_LORA_TARGETS,
-        bias="none",
-    )
-    return get_peft_model(model, lora)
+    return get_peft_model(model, LoraConfig(**lora_settings(cfg), lora_dropout=cfg.lora.dropout, bias="none"))

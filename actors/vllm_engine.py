@@ -184,7 +184,7 @@ class VLLMEngine:
         token_ids = list(sample.token_ids)
         logprobs = [step[t].logprob for t, step in zip(token_ids, sample.logprobs)]
         eos = self.tokenizer.eos_token_id
-        if eos in token_ids[: self.max_new_tokens + 1]:
+        if eos in token_ids:  # at most max_new_tokens + 1 ids: an action and its EOS
             end = token_ids.index(eos)
             logprob = float(sum(logprobs[: end + 1]))
         else:  # cut: the learner scores the text and an EOS that was never sampled here

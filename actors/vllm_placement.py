@@ -58,7 +58,7 @@ def engine_args(cfg: Config) -> dict:
         "tensor_parallel_size": v.tensor_parallel_size,
         "gpu_memory_utilization": v.gpu_memory_utilization,
         "enforce_eager": v.enforce_eager,
-        "structured_outputs_config": {"backend": "guidance"},  # builds a grammar in about a millisecond
+        "structured_outputs_config": {"backend": "guidance"},  # llguidance: the regexes are tested against it
     }
 
 

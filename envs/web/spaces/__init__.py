@@ -51,9 +51,18 @@ class WebAction:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"unknown action kind {self.kind!r}; expected one of {KINDS}")
+        for name in ("point", "end"):
+            if getattr(self, name) is not None:  # lists too, as `to_dict` writes them
+                object.__setattr__(self, name, tuple(float(v) for v in getattr(self, name)))
 
     def to_dict(self) -> dict:
-        return {k: v for k, v in asdict(self).items() if v not in (None, "", False)}
+        """The fields that are set; `WebAction(**d)` gives the action back. Compared by identity, not `==`:
+        element 0 and coordinate 0 are values (`0 == False`), only None, False and "" are unset."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items() if not _unset(v)}
+
+
+def _unset(value) -> bool:
+    return value is None or value is False or (isinstance(value, str) and not value)
 
 
 def get(name: str) -> ModuleType:

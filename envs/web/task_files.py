@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from urllib.parse import urlparse
 
+from rlsys.config.text_files import NotUTF8Error, read_utf8
 from rlsys.core.types import Task
 
 REQUIRED_KEYS = ("web_name", "id", "ques", "web")
@@ -31,20 +32,23 @@ def load_task_file(
     path = Path(path)
     tasks: list[Task] = []
     first_line_of_id: dict[str, int] = {}
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                task = parse_task_line(line, split, url_map or {}, suite)
-            except ValueError as e:
-                raise TaskFileError(f"{path}:{lineno}: {e}") from None
-            if task.id in first_line_of_id:
-                raise TaskFileError(
-                    f"{path}:{lineno}: duplicate task id {task.id!r} (first on line {first_line_of_id[task.id]})"
-                )
-            first_line_of_id[task.id] = lineno
-            tasks.append(task)
+    try:
+        text = read_utf8(path)
+    except NotUTF8Error as e:
+        raise TaskFileError(str(e)) from None
+    for lineno, line in enumerate(text.split("\n"), start=1):  # not splitlines: JSON strings may hold U+2028
+        if not line.strip():
+            continue
+        try:
+            task = parse_task_line(line, split, url_map or {}, suite)
+        except ValueError as e:
+            raise TaskFileError(f"{path}:{lineno}: {e}") from None
+        if task.id in first_line_of_id:
+            raise TaskFileError(
+                f"{path}:{lineno}: duplicate task id {task.id!r} (first on line {first_line_of_id[task.id]})"
+            )
+        first_line_of_id[task.id] = lineno
+        tasks.append(task)
     return tasks
 
 

@@ -3,9 +3,10 @@
 Everything is checked before any process starts: an unknown key names itself and the closest
 valid key, a wrong type names the key path and the type expected. The schema is one module per
 section (run.py, env.py, policy.py, learner.py, evaluator.py; schema.py holds the root), the
-loader reads and validates files (yaml_load.py refuses alias bombs), redaction.py keeps the fields the
-schema declares secret out of everything stored, checks.py holds the rules that span sections, bounds.py the
-numbers no run can use, and run_dir.py run names, run folders and what a resume may change.
+loader reads and validates files (UTF-8 only, text_files.py; yaml_load.py refuses alias bombs and keys given
+twice), redaction.py keeps the fields the schema declares secret out of everything stored, checks.py holds the
+rules that span sections, bounds.py the numbers no run can use, and run_dir.py run names, run folders and what a
+resume may change.
 """
 
 from rlsys.config.checks import check_consistency, check_extras, check_paths

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import os
 import re
 import types
@@ -19,6 +20,7 @@ from rlsys.config.errors import ConfigError, shown
 from rlsys.config.redaction import ENV_REF as _ENV_REF
 from rlsys.config.redaction import REDACTED, redacted_dict, redacted_secrets
 from rlsys.config.schema import Config
+from rlsys.config.text_files import NotUTF8Error, read_utf8
 from rlsys.config.yaml_load import load_yaml
 
 
@@ -54,9 +56,13 @@ def read_yaml_with_extends(path: str | os.PathLike, _seen: tuple = ()) -> dict:
     if path.resolve() in _seen:
         raise ConfigError(f"config `extends` cycle through {path}")
     try:
-        data = load_yaml(path.read_text(), str(path)) or {}
+        data = load_yaml(read_utf8(path), str(path)) or {}
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    except NotUTF8Error as e:
+        raise ConfigError(str(e)) from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot be read ({e.strerror or e})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
     parents = data.pop("extends", None) or []
@@ -184,16 +190,25 @@ def _coerce(tp: Any, value: Any, path: str) -> Any:
             raise _type_error(path, tp, value)
         key_type, value_type = typing.get_args(tp)
         return {_coerce(key_type, k, path): _coerce(value_type, v, f"{path}.{k}") for k, v in value.items()}
-    if tp is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if tp is float and isinstance(value, str):
-        try:  # YAML reads 1e-5 (no dot) as a string
-            return float(value)
-        except ValueError:
-            pass
+    if tp is float and isinstance(value, (int, float, str)) and not isinstance(value, bool):
+        return _finite_float(value, path)
     if tp in (int, str, bool) and isinstance(value, tp) and not (tp is int and isinstance(value, bool)):
         return value
     raise _type_error(path, tp, value)
+
+
+def _finite_float(value: int | float | str, path: str) -> float:
+    """A float key's value as a float (YAML reads 1e-5, without a dot, as a string); inf and nan are refused:
+    no setting means anything by them, and a learning rate of 1e400 only shows up later as NaNs in every runner."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise _type_error(path, float, value) from None
+    except OverflowError:  # an integer beyond any float
+        number = math.inf
+    if not math.isfinite(number):
+        raise ConfigError(f"config key {path!r} must be a finite number, got {shown(value)}")
+    return number
 
 
 def _type_error(path: str, tp: Any, value: Any) -> ConfigError:

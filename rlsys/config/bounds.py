@@ -1,5 +1,7 @@
 """The numbers no run can use: a count of zero that would spin or learn nothing, a negative size, a timeout that
-never waits. Each is a config error naming the key, before Ray starts."""
+never waits, and counts and sizes so large that they would exhaust the machine (each limit well above any real
+run; the error says why it is there). Each is a config error naming the key, before Ray starts. (Floats are
+finite: the loader refuses inf and nan for every float key.)"""
 
 from __future__ import annotations
 
@@ -62,6 +64,20 @@ BOUNDS: dict[str, tuple[float, bool]] = {
     "learner.num_cpus": AT_LEAST_0,
 }
 PORTS = ("ray.dashboard_port", "env.android.first_console_port", "env.android.adb_server_port")
+# key: (highest allowed, why); published recipes use at most a few hundred episodes and a few dozen runners
+LIMITS: dict[str, tuple[int, str]] = {
+    "run.rollout_size": (
+        100_000,
+        "an iteration's trajectories, screenshots included, are held in the driver's memory until the update",
+    ),
+    "run.eval_episodes": (
+        100_000,
+        "an evaluation's episodes, screenshots included, are held in the driver's memory until it ends",
+    ),
+    "runners.num": (10_000, "each runner is a process with its own browser, emulator or model"),
+    "env.sim.num_elements": (100_000, "every observation of the simulated env lists them all, in every runner"),
+}
+MAX_VIEWPORT_SIDE = 8192  # pixels: above 8K (7680x4320); a screenshot is width x height x 4 bytes in every runner
 
 
 def check_bounds(cfg: Any) -> None:
@@ -71,10 +87,25 @@ def check_bounds(cfg: Any) -> None:
             continue
         wanted = f"at least {low}" if inclusive else f"above {low}"
         raise ConfigError(f"{key} must be {wanted}, got {value}")
+    for key, (high, why) in LIMITS.items():
+        value = _get(cfg, key)
+        if value is not None and value > high:
+            raise ConfigError(f"{key} must be at most {high}, got {value}: {why}")
+    check_viewport(cfg.env.viewport)
     for key in PORTS:
         port = _get(cfg, key)
         if not 0 < port < 65536:
             raise ConfigError(f"{key} must be a TCP port (1 to 65535), got {port}")
+
+
+def check_viewport(viewport: list[int]) -> None:
+    if len(viewport) != 2 or min(viewport) <= 0:
+        raise ConfigError(f"env.viewport must be [width, height] in pixels, got {viewport}")
+    if max(viewport) > MAX_VIEWPORT_SIDE:
+        raise ConfigError(
+            f"env.viewport sides must be at most {MAX_VIEWPORT_SIDE} pixels, got {viewport}: every screenshot is "
+            "width x height x 4 bytes in each runner (8K is 7680x4320)"
+        )
 
 
 def _get(cfg: Any, dotted: str) -> Any:

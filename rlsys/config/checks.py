@@ -57,8 +57,6 @@ def check_consistency(cfg: Config) -> None:
             "autoui": "android_autoui",
             "cogagent": "android_cogagent",
         }.get(cfg.env.action_space, "pae_agent")
-    if len(cfg.env.viewport) != 2 or min(cfg.env.viewport) <= 0:
-        raise ConfigError(f"env.viewport must be [width, height] in pixels, got {cfg.env.viewport}")
     check_training(cfg)
     check_evaluator(cfg.evaluator)
     if cfg.proposer.every:

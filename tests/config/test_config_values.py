@@ -35,6 +35,56 @@ def test_nonsensical_numbers_are_config_errors_naming_the_key(override):
         load_config(None, [override])
 
 
+@pytest.mark.parametrize(
+    "override",
+    ["learner.lr=1e400", "learner.lr=.inf", "learner.lr=.nan", "env.step_timeout_s=-.inf", f"learner.lr={10**400}"],
+)
+def test_every_float_is_finite(override):
+    key = override.split("=")[0]
+    with pytest.raises(ConfigError, match=f"config key '{key}' must be a finite number"):
+        load_config(None, [override])
+
+
+@pytest.mark.parametrize(
+    "override, why",
+    [
+        ("run.rollout_size=1000000000000", "held in the driver's memory"),
+        ("run.eval_episodes=1000000000000", "held in the driver's memory"),
+        ("runners.num=100000", "its own browser"),
+        ("env.viewport=[100000,100000]", "4 bytes in each runner"),
+        ("env.viewport=[1024,100000]", "4 bytes in each runner"),
+        ("env.sim.num_elements=1000000000", "every observation"),
+    ],
+)
+def test_sizes_that_would_exhaust_the_machine_say_why(override, why):
+    key = override.split("=")[0]
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.") + ".* at most") as e:
+        load_config(None, [override])
+    assert why in str(e.value)
+
+
+def test_the_cli_refuses_an_infinite_learning_rate_before_ray_starts(capsys):
+    from rlsys.train import main
+
+    assert main(["--config", "quickstart", "learner.lr=1e400"]) == 2
+    assert capsys.readouterr().err == "config error: config key 'learner.lr' must be a finite number, got '1e400'\n"
+
+
+def test_large_but_real_sizes_still_load():
+    cfg = load_config(
+        None,
+        [
+            "env.viewport=[7680,4320]",
+            "runners.num=10000",
+            "run.rollout_size=100000",
+            "run.eval_episodes=100000",
+            "learner.lr=1e-300",
+            "run.episode_timeout_s=1e300",
+        ],
+    )
+    assert cfg.env.viewport == [7680, 4320] and cfg.runners.num == 10000
+
+
 def test_sensible_edge_values_still_load():
     cfg = load_config(None, ["run.eval_every=0", "run.checkpoint_every=0", "run.iterations=0", "runners.num_cpus=0"])
     assert cfg.run.iterations == 0

@@ -29,11 +29,10 @@ from rlsys.config.run_dir import is_remote_uri
 from rlsys.data.checkpoint import CheckpointError, checkpoint_root
 from rlsys.envs.android.emulator import check_local_setup
 from rlsys.envs.evaluators import check_setup
+from rlsys.envs.settings import check_env_settings
 from rlsys.envs.tasks import check_tasks
 from rlsys.policies import TORCH_FREE_KINDS as WEIGHTLESS_KINDS
-
-# What a saved policy folder holds: an HF model, a LoRA adapter, or a hosted model's description.
-POLICY_MARKERS = ("config.json", "adapter", "api_policy.json")
+from rlsys.policies import policy_class
 
 
 def main(argv=None) -> int:
@@ -65,12 +64,13 @@ def run(args, scratch: Path) -> int:
         cfg = load_config(args.config, args.overrides)
         check_extras(cfg)
         check_tasks(cfg.tasks, cfg.env.kind)
+        check_env_settings(cfg.env)
         check_setup(cfg.evaluator)
         check_local_setup(cfg)
         check_paths(cfg, offline_data=False)
         if args.checkpoint:
             checkpoint = fetched(args.checkpoint, scratch) if is_remote_uri(args.checkpoint) else Path(args.checkpoint)
-            cfg.policy = replace(cfg.policy, path=str(policy_folder(checkpoint, args.checkpoint)))
+            cfg.policy = replace(cfg.policy, path=str(policy_folder(checkpoint, args.checkpoint, cfg.policy.kind)))
         elif not cfg.policy.path and cfg.policy.kind not in WEIGHTLESS_KINDS:
             raise ConfigError(
                 f"policy.kind {cfg.policy.kind!r} needs weights: pass --checkpoint DIR or set policy.path "
@@ -122,10 +122,20 @@ def publish(out: Path, remote) -> int:
     return 0
 
 
-def policy_folder(checkpoint: Path, given: str) -> Path:
+def policy_folder(checkpoint: Path, given: str, kind: str) -> Path:
+    """The folder holding a saved `kind` policy: `checkpoint`/policy, or `checkpoint` itself. Each policy kind
+    says what its `save_pretrained` writes (`SAVED_AS`); the error says what was found instead."""
+    if not checkpoint.is_dir():
+        raise ConfigError(f"--checkpoint: {given} is not a folder")
     folder = checkpoint / "policy" if (checkpoint / "policy").is_dir() else checkpoint
-    if not any((folder / marker).exists() for marker in POLICY_MARKERS):
-        raise ConfigError(f"--checkpoint: no policy found in {given} (expected {given}/policy/config.json)")
+    saved_as = policy_class(kind).SAVED_AS
+    if not any((folder / name).exists() for name in saved_as):
+        found = sorted(p.name for p in folder.iterdir())[:8]
+        shown = given if folder == checkpoint else f"{given}/policy"
+        raise ConfigError(
+            f"--checkpoint: no {kind} policy in {shown} (policy.kind {kind} saves {' or '.join(saved_as)}; "
+            f"found {', '.join(found) or 'nothing'}): is policy.kind the one the checkpoint was trained with?"
+        )
     return folder
 
 

@@ -58,6 +58,8 @@ class ApiAgentPolicy(WeightlessPolicy):
     parse error and look like the agent failing; the caller should end the episode as `env_error`.
     """
 
+    SAVED_AS = (CONFIG_NAME,)  # what save_pretrained writes that marks a folder as this kind (see HFPolicy)
+
     def __init__(
         self,
         cfg: PolicyConfig,

@@ -65,6 +65,9 @@ class HFPolicy(ModulePolicy):
     """Subclasses set `model`, `tokenizer`, `cfg`, `version` and implement `act` and
     `token_logprobs`."""
 
+    # What `save_pretrained` writes that marks a folder as holding this kind of policy (any one of them):
+    # `rlsys-eval --checkpoint` checks a folder for it before anything starts
+    SAVED_AS: tuple[str, ...] = ("config.json",)  # the Hugging Face layout
     _tokens: TokenTable | None = None
 
     @property

@@ -130,6 +130,8 @@ def load_tokenizer(cfg: PolicyConfig):
 
 
 class CausalLMPolicy(HFPolicy):
+    SAVED_AS = ("config.json", ADAPTER_DIR)  # a plain model, or a LoRA adapter with its base
+
     def __init__(self, model, tokenizer, cfg: PolicyConfig, device: str = "cpu"):
         self.cfg = cfg
         self.device = device

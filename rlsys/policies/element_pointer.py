@@ -337,6 +337,8 @@ class Decision:
 class ElementPointerPolicy(ModulePolicy):
     """The Policy contract (see `rlsys.policies`) for `PointerNet`."""
 
+    SAVED_AS = (CONFIG_NAME,)  # what save_pretrained writes that marks a folder as this kind (see HFPolicy)
+
     def __init__(self, net: PointerNet, cfg: PolicyConfig, device: str = "cpu"):
         self.model = net.to(device)
         self.cfg = cfg

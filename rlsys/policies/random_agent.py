@@ -34,6 +34,8 @@ def element_ids(observation: Observation) -> list[int]:
 
 
 class RandomPolicy(WeightlessPolicy):
+    SAVED_AS = (CONFIG_NAME,)  # what save_pretrained writes that marks a folder as this kind (see HFPolicy)
+
     def __init__(self, cfg: PolicyConfig | None = None, seed: int = 0):
         self.cfg = cfg
         self.version = 0

@@ -141,6 +141,8 @@ def quantization_config(cfg: PolicyConfig, device: str):
 
 
 class VLMPolicy(HFPolicy):
+    SAVED_AS = ("config.json", ADAPTER_DIR)  # a plain model, or a LoRA adapter with its base (or base.json)
+
     def __init__(
         self, model, inputs: VisionTextInputs, cfg: PolicyConfig, device: str = "cpu", base: BaseSource | None = None
     ):

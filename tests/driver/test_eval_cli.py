@@ -87,6 +87,42 @@ def test_a_run_checkpoint_is_only_read_and_results_go_to_the_run(ray_session, tm
     assert json.loads((run / "evals" / "000003" / "eval.json").read_text()) == summary
 
 
+LORA = {"enabled": True, "r": 4, "alpha": 8, "dropout": 0.0}
+# Every policy kind a test can train on CPU, as a config's `policy` section (tiny sizes: make_config's) and what
+# the env must speak for it; causal_lm once more with LoRA, saved as an adapter beside its base (as vlm saves it).
+TRAINABLE_KINDS = {
+    "element_pointer": {},
+    "tiny_t5": {},
+    "autoui": {"policy__image_feature_dim": 16, "policy__image_size": 32, "env__action_space": "coords"},
+    "causal_lm": {"policy__d_model": 64, "policy__num_layers": 1},  # its heads are 64 wide
+    "causal_lm-lora": {"policy__d_model": 64, "policy__num_layers": 1, "policy__lora": LORA},
+    "vlm": {"policy__num_layers": 1},
+}
+
+
+@pytest.mark.parametrize("kind", TRAINABLE_KINDS)
+def test_a_checkpoint_of_every_policy_kind_is_evaluated(ray_session, tmp_path, kind):
+    """What the trainer writes into RUN/checkpoints/N/policy (the policy's save_pretrained), evaluated as the README
+    says; a checkpoint of another kind is refused before Ray starts, naming what it holds."""
+    cfg, path = sim_config(tmp_path, policy__kind=kind.split("-")[0], policy__max_new_tokens=8, **TRAINABLE_KINDS[kind])
+    ckpt = cfg.output_dir / "checkpoints" / "000012"
+    build_policy(cfg.policy).save_pretrained(ckpt / "policy")
+    assert eval_main(["--config", str(path), "--checkpoint", str(ckpt)]) == 0
+    assert_results(cfg.output_dir / "evals" / "000012")
+
+
+def test_a_checkpoint_of_another_kind_is_refused_naming_what_it_holds(tmp_path, capsys):
+    cfg, path = sim_config(tmp_path, policy__kind="element_pointer")
+    ckpt = cfg.output_dir / "checkpoints" / "000004"
+    build_policy(cfg.policy).save_pretrained(ckpt / "policy")
+    assert eval_main(["--config", str(path), "--checkpoint", str(ckpt), "policy.kind=tiny_t5"]) == 2
+    assert not (cfg.output_dir / "evals").exists()
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"config error: --checkpoint: no tiny_t5 policy in {ckpt}/policy (policy.kind tiny_t5 saves config.json; "
+        "found element_pointer.json, element_pointer.pt): is policy.kind the one the checkpoint was trained with?"
+    ]
+
+
 def test_a_model_folder_needs_out_and_is_never_written(ray_session, tmp_path, capsys):
     cfg, path = sim_config(tmp_path)
     model = tmp_path / "model"

@@ -4,8 +4,9 @@ Writes RUN_DIR/report.html: one self-contained page that opens offline from disk
 learning curves from metrics.jsonl (inline SVG), the per-task evaluation table, the resolved config
 and provenance, and a browser over a sample of the run's trajectories: each step's screenshot as a
 JPEG thumbnail, the raw and parsed action, reward, errors and feedback, the judge's verdict, and
-Digi-Q's candidates with their Q, V and advantage. A shard that cannot be read is named with the
-reason; the rest of the run is still shown.
+Digi-Q's candidates with their Q, V and advantage. A shard that cannot be read, and a line of metrics.jsonl
+that does not parse or holds something else than a number where the report counts, is named with the reason
+(and the line); the rest of the run is still shown.
 """
 
 from __future__ import annotations
@@ -31,9 +32,9 @@ import yaml
 from PIL import Image
 
 from rlsys import __version__
+from rlsys.config.errors import shown
 from rlsys.core.types import Observation, Task, Trajectory, task_group
 from rlsys.data.shards import SCHEMA, StorageError, from_table
-from rlsys.metrics import read_metrics
 from rlsys.report_page import (
     browser_section,
     esc,
@@ -169,18 +170,44 @@ def index_shard(shard: Shard) -> list[Entry]:
     return list(entries.values())
 
 
+# what the report counts and tables, besides every curve's key: a value here that is not a number is left out
+COUNTED = ("policy_version", "train/trajectories", "eval/episodes", "eval/unknown", "eval/env_errors")
+RATES = ("eval/success_rate", "train/success_rate")  # and their per-task keys, RATE/TASK
+MAX_METRICS_PROBLEMS = 20  # lines of metrics.jsonl named in the header; the rest are counted
+
+
+def is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def load_metrics(run_dir: Path, problems: list[str]) -> list[dict]:
-    try:
-        return read_metrics(run_dir)
-    except ValueError:  # a line cut short by a crash: keep the others
-        records, bad = [], 0
-        for line in (run_dir / "metrics.jsonl").read_text().splitlines():
-            try:
-                records.append(json.loads(line)) if line.strip() else None
-            except ValueError:
-                bad += 1
-        problems.append(f"metrics.jsonl: {bad} line(s) do not parse and were skipped")
-        return records
+    """The records of metrics.jsonl that have a whole-number iteration. What else is there is named in `problems`
+    with its line and left out, and the rest is drawn: a line that does not parse (torn by a crash mid-write), a
+    record without an iteration, and a value that is not a finite number where the report computes with one (a
+    count, a success rate, a key that holds numbers in other records)."""
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    found, parsed = [], []
+    for number, line in enumerate(path.read_text(errors="replace").splitlines(), start=1):
+        try:
+            record = json.loads(line) if line.strip() else None
+        except ValueError:
+            record = False
+        iteration = record.get("iteration") if isinstance(record, dict) else None
+        if isinstance(iteration, int) and not isinstance(iteration, bool):
+            parsed.append((number, record))
+        elif record is not None:
+            found.append(f"metrics.jsonl line {number}: not a JSON record with a whole-number iteration; skipped")
+    numeric = {k for _, r in parsed for k, v in r.items() if is_number(v)}
+    computed = lambda key: key in numeric or key in COUNTED or key.startswith(RATES)
+    for number, record in parsed:
+        for key in [k for k, v in record.items() if v is not None and not is_number(v) and computed(k)]:
+            found.append(f"metrics.jsonl line {number}: {key} is {shown(record.pop(key))}, not a number; left out")
+    problems += found[:MAX_METRICS_PROBLEMS]
+    if len(found) > MAX_METRICS_PROBLEMS:
+        problems.append(f"metrics.jsonl: {len(found) - MAX_METRICS_PROBLEMS} more line(s) like these")
+    return [record for _, record in parsed]
 
 
 def read_run(run_dir: Path, iterations: tuple[int | None, int | None] | None, cache: dict | None = None) -> RunData:
@@ -188,7 +215,7 @@ def read_run(run_dir: Path, iterations: tuple[int | None, int | None] | None, ca
     of each shard by its path, size, modification time and inferred iteration, so an unchanged shard is read
     once; it is left holding the shards of this read only."""
     problems: list[str] = []
-    records = [r for r in load_metrics(run_dir, problems) if isinstance(r.get("iteration"), int)]
+    records = load_metrics(run_dir, problems)
     entries, counts, known = [], defaultdict(int), dict(cache or {})
     if cache is not None:
         cache.clear()

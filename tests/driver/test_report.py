@@ -572,6 +572,37 @@ def test_offline_only_run_without_evaluation(tmp_path, browser):
     assert severe_console_errors(browser) == []
 
 
+def test_bad_metric_values_are_named_by_line_and_the_rest_is_drawn(tmp_path, browser):
+    """A run folder whose metrics.jsonl holds a string where the report counts (eval/success_rate at iteration 2,
+    train/trajectories at 3), a task's rate that is a list, a torn line and a record without an iteration."""
+    run = tmp_path / "run"
+    made = build_run(run)
+    records = metrics_records()
+    records[2] |= {"eval/success_rate": "x", "eval/success_rate/click-tab": [0.5]}
+    records[3]["train/trajectories"] = "3"
+    lines = [json.dumps(r) for r in records] + ['{"iteration": 5, "eval/succ', '{"note": "no iteration"}']
+    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    load(browser, write_report(run))
+    problems = [p.text for p in browser.find_elements(By.CSS_SELECTOR, "header .problem")]
+    assert "Could not read: metrics.jsonl line 3: eval/success_rate is 'x', not a number; left out" in problems
+    assert "Could not read: metrics.jsonl line 3: eval/success_rate/click-tab is [0.5], not a number; left out" in (
+        problems
+    )
+    assert "Could not read: metrics.jsonl line 4: train/trajectories is '3', not a number; left out" in problems
+    skipped = "not a JSON record with a whole-number iteration; skipped"
+    assert f"Could not read: metrics.jsonl line 6: {skipped}" in problems
+    assert f"Could not read: metrics.jsonl line 7: {skipped}" in problems
+    rows = browser.find_elements(By.CSS_SELECTOR, "#eval-table tbody tr")
+    assert [r.get_attribute("data-iteration") for r in rows] == ["0", "2", "4"]
+    cells = {c.get_attribute("data-task"): c.text for c in rows[1].find_elements(By.CSS_SELECTOR, "td[data-task]")}
+    assert cells == {"overall": "—", "click-tab": "—", "click-test-2": "100.0%", "focus-text-2": "37.5%"}
+    evaluation = browser.find_element(By.CSS_SELECTOR, '#curves figure[data-key="eval/success_rate"]')
+    assert len(evaluation.find_element(By.CSS_SELECTOR, ".series.main").find_elements(By.TAG_NAME, "circle")) == 2
+    total = sum(len(v) for v in made.values())
+    assert browser.find_element(By.ID, "traj-count").text == f"{total} of {total} trajectories"
+    assert severe_console_errors(browser) == []
+
+
 def test_cli(report, tmp_path, capsys):
     missing = tmp_path / "no-such-run"
     done = subprocess.run([sys.executable, "-m", "rlsys.report", str(missing)], capture_output=True, text=True)

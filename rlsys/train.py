@@ -17,6 +17,7 @@ from rlsys.config.loader import literal_secrets, printed_config, stored_dict
 from rlsys.config.run_dir import check_new_run_dir, check_resumable, is_remote_uri, resume_changes, saved_config
 from rlsys.envs.android.emulator import check_local_setup
 from rlsys.envs.evaluators import check_setup
+from rlsys.envs.settings import check_env_settings
 from rlsys.envs.tasks import check_tasks
 
 
@@ -107,6 +108,7 @@ def main(argv=None) -> int:
         cfg = build(Config, raw)
         check_extras(cfg)
         check_tasks(cfg.tasks, cfg.env.kind)
+        check_env_settings(cfg.env)
         check_setup(cfg.evaluator)
         check_local_setup(cfg)
         check_paths(cfg)

@@ -51,6 +51,17 @@ if (!document.getElementById("rlsys-hide-harness")) {
 """
 
 
+def check_settings(cfg: EnvConfig) -> None:
+    """What MiniWoB++ needs of the config besides the web env's (`webenv.check_settings`), as an EnvSetupError;
+    also run before Ray starts (rlsys.envs.settings)."""
+    scale = cfg.task_area_scale
+    if not isinstance(scale, int) or scale < 1:
+        raise EnvSetupError(f"env.task_area_scale must be a whole number >= 1, got {scale!r}")
+    width, height = TASK_AREA[0] + TASK_AREA[2], TASK_AREA[1] + TASK_AREA[3]
+    if cfg.viewport[0] < width or cfg.viewport[1] < height:
+        raise EnvSetupError(f"env.viewport {cfg.viewport} must hold MiniWoB++'s {width}x{height} task area")
+
+
 class MiniWoBEnv(WebEnv):
     skip_ids = ("reward-display", "query", "sync-task-cover", "episode-id")
     page_state_script = (
@@ -58,14 +69,9 @@ class MiniWoBEnv(WebEnv):
     )
 
     def __init__(self, cfg: EnvConfig, env_id: str = "miniwob"):
-        scale = cfg.task_area_scale
-        if not isinstance(scale, int) or scale < 1:
-            raise EnvSetupError(f"env.task_area_scale must be a whole number >= 1, got {scale!r}")
-        width, height = TASK_AREA[0] + TASK_AREA[2], TASK_AREA[1] + TASK_AREA[3]
-        if cfg.viewport[0] < width or cfg.viewport[1] < height:
-            raise EnvSetupError(f"env.viewport {cfg.viewport} must hold MiniWoB++'s {width}x{height} task area")
+        check_settings(cfg)
         super().__init__(cfg, env_id)
-        self.area, self.scale = TASK_AREA, scale
+        self.area, self.scale = TASK_AREA, cfg.task_area_scale
         self._pages: OrderedDict[str, str] = OrderedDict()  # task page -> its tab
         self._page = None
         self._utterance = ""

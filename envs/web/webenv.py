@@ -63,16 +63,34 @@ def page_allowed(url: str, policy: Policy, start: str, schemes: frozenset[str] =
 
 
 def episode_policy(cfg: EnvConfig, start: str) -> Policy:
-    """The origins one episode may reach: the task's start, the search engine, env.allowed_origins and
-    env.allowed_domains (see confinement.py). An empty or unparseable start or search engine adds nothing."""
-    origins = {o for url in (start, cfg.search_engine) if url and (o := origin_of(url)) is not None}
+    """The origins one episode may reach: the task's start, env.allowed_origins and env.allowed_domains (see
+    confinement.py), and the search engine's origin only while neither lists an origin or a domain: a default
+    never widens an allowlist the config sets. An empty or unparseable start adds nothing."""
+    implicit = (start,) if sets_allowlist(cfg) else (start, cfg.search_engine)
+    origins = {o for url in implicit if url and (o := origin_of(url)) is not None}
     origins |= {parse_origin(text) for text in cfg.allowed_origins if not _is_scheme_entry(text)}
     domains = tuple(d.lower() for d in cfg.allowed_domains if d and d.strip("."))
     return Policy(frozenset(origins), domains, public=cfg.allow_all_domains)
 
 
+def sets_allowlist(cfg: EnvConfig) -> bool:
+    """Whether env.allowed_origins names an origin or env.allowed_domains a domain (`scheme:` entries do not)."""
+    return any(not _is_scheme_entry(text) for text in cfg.allowed_origins) or any(cfg.allowed_domains)
+
+
 def _is_scheme_entry(text: str) -> bool:
     return text.endswith(":") and "/" not in text
+
+
+def check_settings(cfg: EnvConfig) -> None:
+    """What a web env reads from its config when it is built, as an EnvSetupError naming the key. Also run before
+    Ray starts (rlsys.envs.settings): a bad value there is one config error, not every runner failing to start."""
+    try:
+        episode_policy(cfg, "")
+    except ValueError as e:
+        raise EnvSetupError(f"env.allowed_origins: {e}") from None
+    if cfg.search_engine and origin_of(cfg.search_engine) is None:
+        raise EnvSetupError(f'env.search_engine: {cfg.search_engine!r} is not an http(s) URL ("" for none)')
 
 
 class WebEnv:
@@ -91,10 +109,7 @@ class WebEnv:
         self.env_id = env_id
         self.space = spaces.get(cfg.action_space)
         self.fuzzy_judge = fuzzy_judge
-        try:
-            episode_policy(cfg, "")
-        except ValueError as e:
-            raise EnvSetupError(f"env.allowed_origins: {e}") from None
+        check_settings(cfg)
         self._schemes = frozenset(t[:-1].lower() for t in cfg.allowed_origins if _is_scheme_entry(t))
         self.proxy = ConfinementProxy()
         try:

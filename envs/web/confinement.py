@@ -19,8 +19,9 @@ name without knowing the address. The proxy costs nothing for file:// pages (Min
 local hop for http(s).
 
 The policy, by origin (scheme, host, port; a missing port is the scheme's default):
-- allowed: the task's start origin, the search engine's origin, `env.allowed_origins` (exact origins),
-  and `env.allowed_domains` (those hosts and their subdomains, on the default ports 80 and 443);
+- allowed: the task's start origin, `env.allowed_origins` (exact origins), `env.allowed_domains` (those
+  hosts and their subdomains, on the default ports 80 and 443), and the search engine's origin while those
+  two name no origin and no domain (`webenv.episode_policy`);
 - with `env.allow_all_domains`, also any host whose every address is public;
 - refused otherwise, in particular link-local (169.254.0.0/16, fe80::/10), loopback and private addresses,
   other ports of an allowed host, and every non-http(s) scheme, unless `env.allowed_origins` names them.

@@ -73,8 +73,9 @@ class EnvConfig:
     element_list: Literal["pae", "roles"] = "pae"
     # safety (web)
     # web confinement (envs/web/confinement.py): every request is allowed or refused by origin before it is
-    # sent. Besides the task's start origin and the search engine's: these hosts and their subdomains on the
-    # default ports 80/443 (names that resolve to public addresses only)...
+    # sent. Besides the task's start origin (and the search engine's while these two lists name no origin and no
+    # domain): these hosts and their subdomains on the default ports 80/443 (names that resolve to public
+    # addresses only)...
     allowed_domains: list[str] = field(default_factory=list)
     # ...these exact origins, `scheme://host[:port]`, on any address (a local service, link-local included),
     # and `scheme:` entries for pages of another scheme than http(s)
@@ -91,6 +92,8 @@ class EnvConfig:
     # where each browser's throwaway profile (cookies, HTTP cache, storage) lives; "": /dev/shm (in RAM) where it
     # has 1 GiB free, else the system's temp folder
     browser_profile_dir: str = ""
+    # where the `Google` action goes (an http(s) URL; "": nowhere); reachable without an allowlist, and with one
+    # only if the allowlist names its origin or domain
     search_engine: str = "https://www.google.com/"
     # a self-hosted site (WebArena) reset between episodes: argv, run every `instance_reset_every`
     instance_reset_command: list[str] | None = None

@@ -1,4 +1,4 @@
-"""python -m rlsys.train --config FILE [key=value ...] [--resume RUN_DIR] | --print-config FILE [key=value ...]"""
+"""python -m rlsys.train --config FILE [key=value ...] [--resume RUN_DIR] [--restart] | --print-config FILE [...]"""
 
 from __future__ import annotations
 
@@ -14,7 +14,16 @@ from rlsys import __version__
 from rlsys.config import Config, ConfigError, build, check_extras, check_paths, save_config, unresolved_dict
 from rlsys.config.checks import with_absolute_paths
 from rlsys.config.loader import literal_secrets, printed_config, stored_dict
-from rlsys.config.run_dir import check_new_run_dir, check_resumable, is_remote_uri, resume_changes, saved_config
+from rlsys.config.run_dir import (
+    check_new_run_dir,
+    check_no_dangling_link,
+    check_resumable,
+    is_remote_uri,
+    move_aside,
+    resume_changes,
+    saved_config,
+)
+from rlsys.data import checkpoint
 from rlsys.envs.android.emulator import check_local_setup
 from rlsys.envs.evaluators import check_setup
 from rlsys.envs.settings import check_env_settings
@@ -27,6 +36,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--config", help="experiment YAML (default with --resume: RUN_DIR/config.yaml)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its newest checkpoint")
     p.add_argument(
+        "--restart",
+        action="store_true",
+        help="start over in a run folder that holds an earlier run: its files are moved aside first, to "
+        "NAME.old-DATE-TIME beside it (with --resume RUN_DIR: RUN_DIR starts over with its own config.yaml)",
+    )
+    p.add_argument(
         "--print-config",
         metavar="FILE",
         help="print the config FILE with the overrides, every default filled in and secrets redacted, and exit",
@@ -37,6 +52,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error("--print-config takes the config itself: leave out --config and --resume")
     if not args.config and not args.resume and not args.print_config:
         p.error("--config is required (or --resume RUN_DIR)")
+    if args.print_config and args.restart:
+        p.error("--print-config writes nothing: leave out --restart")
     return args
 
 
@@ -91,6 +108,25 @@ def check_new_scratch_dir(cfg: Config) -> None:
         ) from None
 
 
+def resume_point(run_dir: Path) -> Path:
+    """The checkpoint a local resume continues from, chosen and verified here, before Ray starts: the newest
+    intact one, each newer damaged one named in a warning. A ConfigError when the run has no complete checkpoint
+    (it would have to start over, beside the files of the session that stopped); a CheckpointError naming every
+    damaged file when none is intact."""
+    try:
+        found, passed_over = checkpoint.resume_point(run_dir)
+    except checkpoint.NoCheckpoint:
+        raise ConfigError(
+            f"--resume {run_dir}: no complete checkpoint there (the run stopped before its first one, see "
+            f"run.checkpoint_every), so nothing to continue from; start it over with --restart, which moves its "
+            f"files aside (to {run_dir.name}.old-DATE-TIME beside it): python -m rlsys.train --resume {run_dir} "
+            "--restart"
+        ) from None
+    for line in passed_over:
+        print(f"warning: {line}", file=sys.stderr, flush=True)
+    return found
+
+
 def resume_target(cfg: Config, run_dir: Path):
     """What `--resume` takes to continue this run: the URI the run is published to, else its folder."""
     return cfg.run.output_dir if is_remote_uri(cfg.run.output_dir) else run_dir
@@ -112,14 +148,22 @@ def main(argv=None) -> int:
         check_setup(cfg.evaluator)
         check_local_setup(cfg)
         check_paths(cfg)
-        if args.resume:  # the run's config.yaml stays as it is; keys the checkpoints depend on may not change
+        if args.resume:
             cfg.run.output_dir = args.resume
+        check_no_dangling_link(cfg.output_dir)  # a new run's folder, or a remote run's local one
+        resuming, earlier_run = args.resume and not args.restart, False
+        if resuming:  # the run's config.yaml stays as it is; keys the checkpoints depend on may not change
             changed = resume_changes(saved_config(saved_dir), stored_dict(raw, cfg))
         elif is_remote_uri(cfg.run.output_dir):
+            if args.restart:
+                where = cfg.run.output_dir
+                raise ConfigError(
+                    f"--restart moves a local run folder aside; for {where} choose another run.output_dir"
+                )
             check_new_remote_run(cfg.run.output_dir)
             check_new_scratch_dir(cfg)
         else:
-            check_new_run_dir(cfg.output_dir)
+            earlier_run = check_new_run_dir(cfg.output_dir, restart=args.restart)
         if cfg.policy.kind in ("api", "random"):  # after the resume checks: a resume may not change policy.kind
             out = str(resume_target(cfg, cfg.output_dir))
             evaluate = ["python", "-m", "rlsys.eval", "--config", config_path, "--out", out]
@@ -127,9 +171,14 @@ def main(argv=None) -> int:
                 f"policy.kind {cfg.policy.kind!r} has no weights to train; evaluate it with: "
                 + shlex.join(evaluate + args.overrides)
             )
+        # verified once, here: the trainer loads this checkpoint; a remote run's is chosen once it is pulled
+        resume = (True if is_remote_uri(args.resume) else resume_point(cfg.output_dir)) if resuming else False
     except ConfigError as e:
         print(f"config error: {e}", file=sys.stderr)
         return 2
+    except checkpoint.CheckpointError as e:
+        print(f"cannot resume: {e}", file=sys.stderr)
+        return 1
     finally:
         if saved_dir is not None and is_remote_uri(args.resume):  # a temporary copy of the run's config.yaml
             shutil.rmtree(saved_dir, ignore_errors=True)
@@ -140,29 +189,31 @@ def main(argv=None) -> int:
             file=sys.stderr,
         )
     run_dir = cfg.output_dir
-    if args.resume:
+    if resuming:
         if changed:
             print(f"resuming with {', '.join(changed)} as given (this session only; config.yaml unchanged)", flush=True)
     else:
+        if earlier_run:
+            print(f"--restart: the earlier run in {run_dir} was moved to {move_aside(run_dir)}", flush=True)
         run_dir.mkdir(parents=True, exist_ok=True)
         save_config(raw, cfg, run_dir / "config.yaml")
     # config.yaml keeps the paths as written (the run folder can move); Ray's workers, whose working directory is
     # not this one, get them absolute
-    return train(with_absolute_paths(cfg), Path(os.path.abspath(run_dir)), resume=bool(args.resume))
+    return train(with_absolute_paths(cfg), Path(os.path.abspath(run_dir)), resume=resume)
 
 
-def train(cfg: Config, run_dir, resume: bool) -> int:
-    """Start Ray, run the trainer and shut everything down however the run ends. Exit code 0: done; 1: a part
-    the run needs failed, or no checkpoint is intact; 128 + the signal: stopped by Ctrl-C or SIGTERM, what
-    finished kept (a second signal exits at once)."""
+def train(cfg: Config, run_dir, resume: Path | bool) -> int:
+    """Start Ray, run the trainer and shut everything down however the run ends. `resume`: the checkpoint to
+    continue from, True to let the trainer choose it (a remote run), False for a new run. Exit code 0: done;
+    1: a part the run needs failed, the disk is full, or no checkpoint is intact; 128 + the signal: stopped by
+    Ctrl-C or SIGTERM, what finished kept (a second signal exits at once)."""
     import ray
 
-    from rlsys.core.failures import RunFailed
-    from rlsys.data.checkpoint import CheckpointError
+    from rlsys.core.failures import RunFailed, headline
     from rlsys.interrupt import Interrupted, first_signal_stops
     from rlsys.metrics import eval_table
     from rlsys.ray_init import init_ray
-    from rlsys.trainer import Trainer
+    from rlsys.trainer import Trainer, resume_hint
 
     started_ray, trainer = False, None
     with first_signal_stops() as stopping:
@@ -183,15 +234,25 @@ def train(cfg: Config, run_dir, resume: bool) -> int:
         except RunFailed as e:
             print(f"run failed: {e}", file=sys.stderr, flush=True)
             return 1
-        except CheckpointError as e:
+        except checkpoint.CheckpointError as e:
             print(f"cannot resume: {e}", file=sys.stderr, flush=True)
             return 1
-        except Interrupted as e:
-            hint = (
-                trainer.resume_hint()
-                if trainer
-                else f"Continue with: python -m rlsys.train --resume {resume_target(cfg, run_dir)}"
+        except checkpoint.DiskFull as e:
+            print(f"run failed: {e}. {trainer.resume_hint()}", file=sys.stderr, flush=True)
+            return 1
+        except OSError as e:  # a shard or metrics line the disk had no room for
+            if not checkpoint.out_of_space(e):
+                raise
+            hint = trainer.resume_hint() if trainer else resume_hint(run_dir, resume_target(cfg, run_dir))
+            print(
+                f"run failed: no space left in {run_dir} ({checkpoint.free_space(run_dir)} free): {headline(e)}. "
+                + hint,
+                file=sys.stderr,
+                flush=True,
             )
+            return 1
+        except Interrupted as e:
+            hint = trainer.resume_hint() if trainer else resume_hint(run_dir, resume_target(cfg, run_dir))
             print(f"stopped by {e.name}. {hint}", file=sys.stderr, flush=True)
             return e.exit_code
         finally:

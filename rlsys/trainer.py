@@ -48,10 +48,13 @@ log = logging.getLogger(__name__)
 
 
 class Trainer:
-    def __init__(self, cfg: Config, run_dir: Path, resume: bool = False):
+    def __init__(self, cfg: Config, run_dir: Path, resume: Path | bool = False):
+        """`resume`: the checkpoint folder to continue from, verified already (`python -m rlsys.train --resume`
+        chooses it before Ray starts), or True for the run's newest intact checkpoint, chosen here (a remote run's
+        once it is pulled)."""
         self.cfg, self.run_dir = cfg, Path(run_dir)
-        self.mirror = self._start_mirror(resume)
-        record_session(self.run_dir, resumed=resume)  # run_info.json: what produced this session
+        self.mirror = self._start_mirror(bool(resume))
+        record_session(self.run_dir, resumed=bool(resume))  # run_info.json: what produced this session
         self.iteration = 0
         self.offline_iterations = offline_phase_length(cfg)
         self.total_iterations = total_iterations(cfg)
@@ -63,13 +66,11 @@ class Trainer:
         self.hooks = hooks_for(cfg)
         self.report = RunReport(self.run_dir) if cfg.metrics.report else None
         try:  # a checkpoint that does not load (or Ctrl-C meanwhile) leaves no actor behind
-            if resume and checkpoint.latest(self.run_dir) is not None:
-                self._restore()
-            else:
-                if resume:
-                    log.warning("no complete checkpoint in %s; starting from scratch", self.run_dir)
-                if cfg.run.training != "online":
-                    self._load_offline_data()
+            found = self._resume_point() if resume is True else resume
+            if found:
+                self._restore(Path(found))
+            elif cfg.run.training != "online":
+                self._load_offline_data()
             self.learners.publish()
             self.version = ray.get(self.weight_store.get_version.remote(), timeout=60)
         except BaseException:
@@ -253,13 +254,7 @@ class Trainer:
         return mirror
 
     def resume_hint(self) -> str:
-        found = checkpoint.latest(self.run_dir)
-        if found is None:
-            return f"The run stopped at iteration {self.iteration} with no checkpoint written (run.checkpoint_every)."
-        return (
-            f"The run stopped at iteration {self.iteration}; the newest checkpoint is {found}. "
-            f"Continue with: python -m rlsys.train --resume {self.mirror.remote.uri if self.mirror else self.run_dir}"
-        )
+        return resume_hint(self.run_dir, self.mirror.remote.uri if self.mirror else self.run_dir, self.iteration)
 
     def _load_offline_data(self) -> None:
         trajectories = [t for path in self.cfg.offline.data for t in read_trajectories(path)]
@@ -267,14 +262,23 @@ class Trainer:
         print(f"offline data: {len(trajectories)} trajectories read, {kept} trainable ones in the buffer", flush=True)
         self.collector.counters["offline_trajectories"] = kept
 
-    def _restore(self) -> None:
-        """Load the newest intact checkpoint; newer ones with a missing or damaged file are named and passed over."""
-        found, damaged = checkpoint.newest_intact(self.run_dir)
-        if found is None:
-            reasons = "; ".join(reason for _, reason in damaged)
-            raise checkpoint.CheckpointError(f"no intact checkpoint in {self.run_dir}: {reasons}")
-        for folder, reason in damaged:
-            log.warning("checkpoint %s is damaged and passed over: %s; resuming from %s", folder.name, reason, found)
+    def _resume_point(self) -> Path | None:
+        """The newest intact checkpoint; newer ones with a missing or damaged file are named and passed over. A
+        local run without a complete checkpoint cannot be resumed (python -m rlsys.train refuses it before Ray
+        starts); a remote one without a published checkpoint starts from scratch."""
+        try:
+            found, passed_over = checkpoint.resume_point(self.run_dir)
+        except checkpoint.NoCheckpoint:
+            if self.mirror is None:
+                raise
+            log.warning("no published checkpoint in %s; starting from scratch", self.mirror.remote.uri)
+            return None
+        for line in passed_over:
+            log.warning("%s", line)
+        return found
+
+    def _restore(self, found: Path) -> None:
+        """Load the checkpoint `found`, verified already."""
         state = checkpoint.read_json(found / "state.json")
         files = checkpoint.read_files(found / "policy", "policy")
         files["learner.pt"] = (found / "learner.pt").read_bytes()
@@ -301,6 +305,24 @@ class Trainer:
                 self.mirror.push()
             except OSError as e:
                 log.warning("the run's last files could not be published to %s: %s", self.mirror.remote.uri, e)
+
+
+def resume_hint(run_dir: Path, target, iteration: int | None = None) -> str:
+    """How to go on after the run in `run_dir` (published to `target`, or `target` itself) stopped: from its
+    newest checkpoint, or, with none written, by starting over (a remote run resumes from scratch)."""
+    stopped = "The run stopped" + (f" at iteration {iteration}" if iteration is not None else "")
+    found = checkpoint.latest(run_dir)
+    if found is not None:
+        return f"{stopped}; the newest checkpoint is {found}. Continue with: python -m rlsys.train --resume {target}"
+    if is_remote_uri(target):
+        return (
+            f"{stopped} with no checkpoint written (run.checkpoint_every). Continue with: python -m rlsys.train "
+            f"--resume {target}"
+        )
+    return (
+        f"{stopped} with no checkpoint written (run.checkpoint_every); start it over with: python -m rlsys.train "
+        f"--resume {target} --restart"
+    )
 
 
 def start_stores(cfg: Config, run_dir: Path) -> tuple:

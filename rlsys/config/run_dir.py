@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import time
+from itertools import chain, count
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -30,21 +33,62 @@ def is_run(folder: Path) -> bool:
     return any((folder / name).exists() for name in RUN_FILES)
 
 
-def check_new_run_dir(run_dir: Path) -> None:
-    """A new run starts in a missing or empty folder, or in a run without checkpoints (it is started over);
-    never in a folder of other files, whose config.yaml it would overwrite."""
+def check_no_dangling_link(path: Path) -> None:
+    """A run folder, or a folder above it, that is a symbolic link to nothing cannot be created or read."""
+    for link in (path, *path.parents):
+        if link.is_symlink() and not link.exists():
+            raise ConfigError(
+                f"{link} is a symbolic link to {os.readlink(link)}, which does not exist; create that folder or "
+                "remove the link"
+            )
+
+
+START_FILES = ("config.yaml", "run_info.json")  # what a start writes before Ray: no iteration ran yet
+
+
+def check_new_run_dir(run_dir: Path, restart: bool = False) -> bool:
+    """A new run starts in a missing or empty folder, or in one where an earlier start wrote no more than its
+    START_FILES; never in a folder of other files, whose config.yaml it would overwrite. A run that got further
+    (metrics, shards, checkpoints) is refused unless `restart`. Returns whether the folder holds a run that
+    `move_aside` must move before this one starts."""
+    check_no_dangling_link(run_dir)
     if not run_dir.exists():
-        return
+        return False
     if not run_dir.is_dir():
         raise ConfigError(f"run folder {run_dir} is a file")
-    checkpoints = run_dir / "checkpoints"
-    if checkpoints.is_dir() and any(checkpoints.iterdir()):
-        raise ConfigError(f"{run_dir} already holds a run; pass --resume {run_dir} or choose another run.name")
-    if any(run_dir.iterdir()) and not is_run(run_dir):
+    if not any(run_dir.iterdir()):
+        return False
+    if not is_run(run_dir):
         raise ConfigError(
             f"{run_dir} is not empty and is not an rlsys run (no {', '.join(RUN_FILES)}); choose another run.name "
             "or run.output_dir"
         )
+    if restart:
+        return True
+    checkpoints = run_dir / "checkpoints"
+    if checkpoints.is_dir() and any(p.is_dir() and p.name.isdigit() for p in checkpoints.iterdir()):  # complete ones
+        raise ConfigError(
+            f"{run_dir} already holds a run; pass --resume {run_dir} to continue it, --restart to move it aside "
+            f"(to {run_dir.name}.old-DATE-TIME beside it) and start over, or choose another run.name"
+        )
+    if any(p.is_file() and p.relative_to(run_dir).as_posix() not in START_FILES for p in run_dir.rglob("*")):
+        raise ConfigError(
+            f"{run_dir} holds a run that stopped before its first checkpoint, so it cannot be resumed; pass --restart "
+            f"to move it aside (to {run_dir.name}.old-DATE-TIME beside it) and start over, or choose another run.name"
+        )
+    return False
+
+
+def move_aside(run_dir: Path) -> Path:
+    """Move what the run folder holds to a sibling named after it and the time (`runs/NAME.old-20250102-150405`;
+    beside its target, for a link) and leave the folder empty; returns where it went."""
+    real = Path(run_dir).resolve()
+    base = real.with_name(f"{real.name}.old-{time.strftime('%Y%m%d-%H%M%S')}")
+    tries = chain([base], (base.with_name(f"{base.name}-{n}") for n in count(2)))
+    aside = next(p for p in tries if not p.exists())
+    real.rename(aside)
+    real.mkdir()
+    return aside
 
 
 # keys a checkpoint's weights and learner state depend on: a resumed run must keep them (a key names itself and
@@ -84,6 +128,7 @@ SESSION_KEYS = ("run.output_dir", "run.scratch_dir")  # set by --resume itself, 
 
 
 def check_resumable(run_dir: Path) -> None:
+    check_no_dangling_link(run_dir)
     if not (run_dir / "config.yaml").is_file():
         raise ConfigError(f"--resume {run_dir}: not an rlsys run (no config.yaml there)")
 

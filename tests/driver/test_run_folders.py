@@ -1,14 +1,17 @@
 """What `python -m rlsys.train` writes before Ray starts: run folders stay inside runs/, a folder that is not a
-run is never overwritten, a resume checks its config first and never rewrites config.yaml, and a literal secret
-on the command line is redacted with a warning. Training itself is replaced by a recorder: these are the checks
-that come before it."""
+run is never overwritten, a run that got further than its start is never started over in place unless asked
+(--restart moves it aside), a resume checks its config and chooses its checkpoint first and never rewrites
+config.yaml, and a literal secret on the command line is redacted with a warning. Training itself is replaced by
+a recorder: these are the checks that come before it."""
 
 import pytest
 import yaml
 
 import rlsys.train
 from rlsys.config import REDACTED, config_path
+from rlsys.data import checkpoint
 from rlsys.train import main
+from tests.data.test_checkpoint import fill
 
 
 @pytest.fixture
@@ -82,11 +85,89 @@ def test_resume_validates_before_anything_is_written(run, tmp_path, capsys, trai
 
 def test_resume_applies_safe_overrides_without_rewriting_the_config(run, capsys, trained):
     saved = (run / "config.yaml").read_text()
+    checkpoint.write(run, 1, fill, keep=1)
     assert main(["--resume", str(run), "run.iterations=7"]) == 0
     ((cfg, run_dir, resume),) = trained
-    assert cfg.run.iterations == 7 and resume and run_dir == run
+    assert cfg.run.iterations == 7 and resume == run / "checkpoints" / "000001" and run_dir == run
     assert "run.iterations" in capsys.readouterr().out
     assert (run / "config.yaml").read_text() == saved
+
+
+def a_session_that_stopped_before_its_first_checkpoint(run):
+    """What `main` and an interrupted session leave: config.yaml, a metrics line, a shard (and no checkpoint)."""
+    (run / "metrics.jsonl").write_text('{"iteration": 1}\n')
+    (run / "trajectories").mkdir()
+    (run / "trajectories" / "shard-000000.parquet").write_bytes(b"episodes")
+    (run / "checkpoints").mkdir()
+    (run / "checkpoints" / ".tmp-000002-99").mkdir()  # a checkpoint interrupted while it was written
+    return {p.relative_to(run).as_posix(): p.read_bytes() for p in run.rglob("*") if p.is_file()}
+
+
+def files_in(folder):
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_a_run_stopped_before_its_first_checkpoint_is_not_started_over_in_place(run, capsys, trained):
+    before = a_session_that_stopped_before_its_first_checkpoint(run)
+    assert main(["--config", "quickstart", f"run.output_dir={run}", "run.seed=3"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.startswith(f"config error: {run} holds a run that stopped before its first checkpoint")
+        and "--restart" in err
+    )
+    assert main(["--resume", str(run)]) == 2  # nothing to continue from: no "starting from scratch" beside it
+    err = capsys.readouterr().err
+    assert err.startswith(f"config error: --resume {run}: no complete checkpoint there")
+    assert f"python -m rlsys.train --resume {run} --restart" in err
+    assert files_in(run) == before and not trained
+
+
+def test_restart_moves_the_earlier_run_aside_and_starts_clean(run, capsys, trained):
+    before = a_session_that_stopped_before_its_first_checkpoint(run)
+    assert main(["--config", "quickstart", f"run.output_dir={run}", "run.seed=3", "--restart"]) == 0
+    ((aside,),) = [list(run.parent.glob(f"{run.name}.old-*"))]
+    assert f"--restart: the earlier run in {run} was moved to {aside}" in capsys.readouterr().out
+    assert files_in(aside) == before  # nothing lost
+    assert (
+        sorted(files_in(run)) == ["config.yaml"]
+        and yaml.safe_load((run / "config.yaml").read_text())["run"]["seed"] == 3
+    )
+    ((_, run_dir, resume),) = trained
+    assert run_dir == run and resume is False
+
+    # --resume RUN --restart: the run starts over with its own config.yaml; one with checkpoints may be too
+    a_session_that_stopped_before_its_first_checkpoint(run)
+    checkpoint.write(run, 1, fill, keep=1)
+    assert main(["--config", "quickstart", f"run.output_dir={run}"]) == 2
+    assert "--restart to move it aside" in capsys.readouterr().err
+    assert main(["--resume", str(run), "--restart"]) == 0
+    assert len(list(run.parent.glob(f"{run.name}.old-*"))) == 2
+    assert (
+        sorted(files_in(run)) == ["config.yaml"]
+        and yaml.safe_load((run / "config.yaml").read_text())["run"]["seed"] == 3
+    )
+    assert trained[-1][1:] == (run, False)
+
+
+def test_restart_never_moves_a_folder_that_is_not_a_run(tmp_path, capsys, trained):
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    (folder / "cat.jpg").write_bytes(b"\xff\xd8")
+    assert main(["--config", "quickstart", f"run.output_dir={folder}", "--restart"]) == 2
+    assert "is not empty and is not an rlsys run" in capsys.readouterr().err
+    assert files_in(folder) == {"cat.jpg": b"\xff\xd8"} and not list(tmp_path.glob("photos.old-*")) and not trained
+
+
+def test_a_dangling_run_folder_link_is_a_config_error_naming_it(tmp_path, monkeypatch, capsys, trained):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "gone").symlink_to(tmp_path / "unmounted" / "gone")
+    assert main(["--config", "quickstart", "run.name=gone"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"config error: runs/gone is a symbolic link to {tmp_path / 'unmounted' / 'gone'}, which does not " \
+        "exist; create that folder or remove the link\n"  # fmt: skip
+    assert main(["--resume", "runs/gone"]) == 2
+    assert "runs/gone is a symbolic link to" in capsys.readouterr().err and not trained
 
 
 def test_resume_of_a_folder_that_is_not_a_run(tmp_path, capsys, trained):

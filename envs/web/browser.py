@@ -5,7 +5,9 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -89,6 +91,13 @@ RAM_FOLDER = "/dev/shm"
 RAM_FOLDER_MIN_FREE = 2**30  # a container's /dev/shm of 64 MiB is left to Chromium's own shared memory
 
 
+PROFILE_PREFIX = "rlsys-chromium-"
+# a profile's folder is named for its owner, the process that started the browser: its pid and start time
+# (the pid alone could be another process's by now)
+_PROFILE_NAME = re.compile(re.escape(PROFILE_PREFIX) + r"(\d+)-(\d+)-")
+GUARD = str(Path(__file__).with_name("browser_guard.py"))
+
+
 def profile_parent(configured: str) -> str | None:
     """The folder for a browser's throwaway profile: `configured` (env.browser_profile_dir), else a RAM-backed
     folder with room to spare, else the system's temp folder (None). On disk the profile's cookie database, HTTP
@@ -106,6 +115,51 @@ def profile_parent(configured: str) -> str | None:
     return None
 
 
+def _started_at(process: psutil.Process) -> str:
+    return str(int(process.create_time() * 100))
+
+
+def _owner_lives(pid: int, started_at: str) -> bool:
+    try:
+        owner = psutil.Process(pid)
+        return _started_at(owner) == started_at and owner.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def remove_stale_profiles(parent: str | None) -> list[str]:
+    """Remove the profiles in `parent` (None: the system's temp folder) whose owner is gone: left by a process
+    killed along with its browser guard (browser_guard.py removes the profile when it outlives the owner).
+    Folders named without an owner (by earlier versions) are left alone. Returns the removed paths."""
+    parent = parent or tempfile.gettempdir()
+    removed = []
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return removed
+    for name in names:
+        if (match := _PROFILE_NAME.match(name)) and not _owner_lives(int(match[1]), match[2]):
+            path = os.path.join(parent, name)
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+class _GuardedService(Service):
+    """chromedriver started through browser_guard.py, which ends it, Chromium and everything Chromium started
+    once this process is gone, whatever ended it."""
+
+    def __init__(self, chromedriver: str, profile: str, env: dict[str, str]):
+        super().__init__(executable_path=sys.executable, env=env)
+        self._guard = ["-I", "-S", GUARD, str(os.getpid()), profile, chromedriver]
+
+    def command_line_args(self) -> list[str]:
+        return [*self._guard, *super().command_line_args()]
+
+    def env_path(self) -> None:  # SE_CHROMEDRIVER would replace the guard: the paths are the config's alone
+        return None
+
+
 # Runs in every document before the page's own scripts: counts the page's fetch/XHR requests
 # in flight, so that waiting for a page to settle can include its network activity; answers the
 # page's dialogs and notes window.open's URLs (see the file).
@@ -117,7 +171,10 @@ class PageScriptError(Exception):
 
 
 class Browser:
-    """One Chromium process and its chromedriver; `pids()` lists both so they can be watched.
+    """One Chromium process and its chromedriver; `pids()` lists them so they can be watched.
+
+    They die with the process that made this object, whatever kills it (browser_guard.py), and the profile
+    folder goes with them; a start removes the profiles of owners that died anyway (remove_stale_profiles).
 
     With `proxy` (host:port) every request, loopback included, goes through that proxy (confinement.py);
     nothing bypasses it and no UDP goes around it (WebRTC). The viewport is exactly `viewport` pixels (the
@@ -144,7 +201,11 @@ class Browser:
                     "(Debian: apt-get install chromium chromium-driver) or set the path in the config"
                 )
         self.viewport = (int(viewport[0]), int(viewport[1]))
-        self._profile = tempfile.mkdtemp(prefix="rlsys-chromium-", dir=profile_parent(profile_dir))
+        self._chromedriver = chromedriver
+        parent = profile_parent(profile_dir)
+        remove_stale_profiles(parent)
+        owner = f"{PROFILE_PREFIX}{os.getpid()}-{_started_at(psutil.Process())}-"
+        self._profile = tempfile.mkdtemp(prefix=owner, dir=parent)
         self.downloads = Path(self._profile) / "downloads"
         self.downloads.mkdir()
         options = webdriver.ChromeOptions()
@@ -178,7 +239,7 @@ class Browser:
         )
         try:
             self.driver = webdriver.Chrome(
-                service=Service(executable_path=chromedriver, env=browser_environment()), options=options
+                service=_GuardedService(chromedriver, self._profile, browser_environment()), options=options
             )
         except WebDriverException as e:
             shutil.rmtree(self._profile, ignore_errors=True)
@@ -273,15 +334,25 @@ class Browser:
         self.cdp("Storage.clearDataForOrigin", origin="*", storageTypes="all")
 
     def pids(self) -> dict[str, list[int]]:
-        driver_proc = self.driver.service.process
+        """chromedriver, Chromium's processes, and the guard's two above them (browser_guard.py)."""
+        stand_in = self.driver.service.process.pid
+        found = {"chromedriver": [], "chromium": [], "guard": [stand_in]}
         try:
-            children = psutil.Process(driver_proc.pid).children(recursive=True)
+            beneath = psutil.Process(stand_in).children(recursive=True)
         except psutil.NoSuchProcess:
-            children = []
-        return {"chromedriver": [driver_proc.pid], "chromium": [p.pid for p in children]}
+            return found
+        for p in beneath:
+            try:
+                if p.ppid() == stand_in:
+                    found["guard"].append(p.pid)
+                else:
+                    found["chromedriver" if p.cmdline()[:1] == [self._chromedriver] else "chromium"].append(p.pid)
+            except psutil.Error:  # exited meanwhile
+                continue
+        return found
 
     def memory_mb(self) -> float:
-        """Unique memory (USS) of chromedriver and every Chromium process, in MiB."""
+        """Unique memory (USS) of chromedriver, every Chromium process and the guard, in MiB."""
         total = 0
         for pid in [pid for pids in self.pids().values() for pid in pids]:
             try:

@@ -1,0 +1,149 @@
+"""A browser dies with the process that started it, whatever kills that process, and its profile goes with it; a
+start removes the profiles whose owner is gone. Real Chromium, real signals: a whole training run killed with
+SIGKILL to its process group, and a lone owner killed alone."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import yaml
+
+from rlsys.config import to_dict
+from rlsys.envs.web.browser import PROFILE_PREFIX, Browser
+from tests.conftest import _chromium_paths, make_config
+
+
+def profiles_of(procs: list[psutil.Process]) -> set[str]:
+    found = set()
+    for p in procs:
+        try:
+            found |= {a.split("=", 1)[1] for a in p.cmdline() if a.startswith("--user-data-dir=")}
+        except psutil.Error:
+            pass
+    return found
+
+
+def browser_processes_beneath(root: int) -> list[psutil.Process]:
+    """Chromium, chromedriver and what watches them, started beneath `root`."""
+    found = []
+    for p in psutil.Process(root).children(recursive=True):
+        try:
+            if "chrom" in p.name() or "browser_guard" in " ".join(p.cmdline()):
+                found.append(p)
+        except psutil.Error:
+            pass
+    return found
+
+
+def left_behind(procs: list[psutil.Process], profiles: set[str]) -> list[str]:
+    """What still runs of `procs`, or uses one of `profiles` (a renderer started after `procs` were listed), and
+    the profiles still on disk. Other browsers on the machine are not counted."""
+    left = [f"{p.pid} {p.name()}" for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    for p in psutil.process_iter(["cmdline", "status"]):
+        arguments = p.info["cmdline"] or ()
+        if p.info["status"] != psutil.STATUS_ZOMBIE and any(
+            a.removeprefix("--user-data-dir=") in profiles for a in arguments
+        ):
+            left.append(f"{p.pid} using the profile")
+    return sorted(set(left)) + [f"profile {path}" for path in profiles if os.path.exists(path)]
+
+
+def wait_until_gone(procs, profiles, seconds: float) -> list[str]:
+    deadline = time.monotonic() + seconds
+    while (left := left_behind(procs, profiles)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
+def kill_session(sid: int) -> None:
+    for p in psutil.process_iter():
+        try:
+            if os.getsid(p.pid) == sid:
+                p.kill()
+        except (ProcessLookupError, psutil.Error, PermissionError):
+            pass
+
+
+def test_sigkill_to_a_training_runs_process_group_leaves_no_browser(tmp_path):
+    cfg = make_config(tmp_path, run__iterations=1000, runners__num=1, tasks__train=["click-test-2"])
+    config_file = tmp_path / "cfg.yaml"
+    config_file.write_text(yaml.safe_dump(to_dict(cfg)))
+    with open(tmp_path / "run.log", "w") as log:
+        run = subprocess.Popen(
+            [sys.executable, "-m", "rlsys.train", "--config", str(config_file)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # a process group of its own, as a terminal's job is
+        )
+    try:
+        deadline = time.monotonic() + 240
+        while not any("--type=renderer" in " ".join(p.cmdline()) for p in browser_processes_beneath(run.pid)):
+            assert run.poll() is None, (tmp_path / "run.log").read_text()
+            assert time.monotonic() < deadline, "no browser within 240 s"
+            time.sleep(0.5)
+        procs = browser_processes_beneath(run.pid)
+        profiles = profiles_of(procs)
+        assert profiles and all(Path(p).name.startswith(PROFILE_PREFIX) for p in profiles)
+
+        os.killpg(run.pid, signal.SIGKILL)  # the driver, the raylet and Ray's own processes; its workers follow
+        run.wait()
+        left = wait_until_gone(procs, profiles, seconds=10)
+        assert not left, f"left behind after the run was killed: {left}"
+    finally:
+        kill_session(run.pid)
+
+
+OWNER = """
+import sys, time
+from rlsys.envs.web.browser import Browser
+browser = Browser({chromium!r}, {chromedriver!r}, [400, 300], True, 30)
+print(browser._profile, flush=True)
+time.sleep(600)
+"""
+
+
+def test_an_owner_killed_alone_takes_its_browser_and_profile_along(tmp_path):
+    chromium, chromedriver = _chromium_paths()
+    owner = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(OWNER.format(chromium=chromium, chromedriver=chromedriver))],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        profile = owner.stdout.readline().strip()
+        procs = browser_processes_beneath(owner.pid)
+        assert profile and any("--user-data-dir" in " ".join(p.cmdline()) for p in procs)
+        owner.kill()  # the owner alone: its browser's processes are not in its process group, nor its children
+        owner.wait()
+        left = wait_until_gone(procs, {profile}, seconds=5)
+        assert not left, f"left behind after the owner was killed: {left}"
+    finally:
+        kill_session(owner.pid)
+
+
+def test_a_start_removes_the_profiles_whose_owner_is_gone(tmp_path):
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    started = int(psutil.Process(gone.pid).create_time() * 100)
+    gone.wait()
+    me = psutil.Process()
+    mine = tmp_path / f"{PROFILE_PREFIX}{me.pid}-{int(me.create_time() * 100)}-live"
+    stale = tmp_path / f"{PROFILE_PREFIX}{gone.pid}-{started}-dead"
+    reused = tmp_path / f"{PROFILE_PREFIX}{me.pid}-{int(me.create_time() * 100) - 1}-reused"  # my pid, not me
+    unnamed = tmp_path / f"{PROFILE_PREFIX}abcdefgh"  # an earlier version's: owner unknown
+    other = tmp_path / "something-else"
+    for folder in (mine, stale, reused, unnamed, other):
+        (folder / "Default").mkdir(parents=True)
+    chromium, chromedriver = _chromium_paths()
+    browser = Browser(chromium, chromedriver, [400, 300], True, 30, None, str(tmp_path))
+    try:
+        assert mine.exists() and unnamed.exists() and other.exists()
+        assert not stale.exists() and not reused.exists()
+    finally:
+        browser.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in (mine, unnamed, other))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import os
 import re
 import shutil
@@ -19,6 +20,7 @@ from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.chrome.service import Service
 
 from rlsys.core.env import EnvSetupError
+from rlsys.envs.web.downloads import CONNECTION_ERRORS, DownloadCap
 
 # Hosts Chromium calls at every start whatever the flags and preferences say: Google's account list and the
 # default search engine's start page. They resolve to nothing inside Chromium and skip the proxy, so no request
@@ -178,7 +180,8 @@ class Browser:
 
     With `proxy` (host:port) every request, loopback included, goes through that proxy (confinement.py);
     nothing bypasses it and no UDP goes around it (WebRTC). The viewport is exactly `viewport` pixels (the
-    window is larger by its frame), downloads go to a private folder, and a JS dialog that the init script
+    window is larger by its frame), downloads go to a private folder, each cancelled once it is over
+    `download_max_mb` (downloads.py), and a JS dialog that the init script
     did not answer in the page is accepted by the driver, which reports its text with the next command
     (`UnexpectedAlertPresentException.alert_text`). Chromium and chromedriver get only the variables in
     ENV_KEPT of the caller's environment.
@@ -193,6 +196,7 @@ class Browser:
         timeout_s: float,
         proxy: str | None = None,
         profile_dir: str = "",
+        download_max_mb: float = math.inf,
     ):
         for name, path in (("env.chromium", chromium), ("env.chromedriver", chromedriver)):
             if not (os.path.isfile(path) and os.access(path, os.X_OK)):
@@ -248,7 +252,11 @@ class Browser:
         self.driver.command_executor.client_config.timeout = timeout_s
         self.driver.set_page_load_timeout(timeout_s)
         self.driver.set_script_timeout(timeout_s)
-        self.cdp("Browser.setDownloadBehavior", behavior="allow", downloadPath=str(self.downloads))
+        try:
+            self.download_cap = DownloadCap(Path(self._profile), self.downloads, download_max_mb)
+        except CONNECTION_ERRORS as e:
+            self.driver.quit()
+            raise EnvSetupError(f"no DevTools connection to Chromium for its downloads: {e}") from None
         self.prepare_tab()
 
     def cdp(self, command: str, **params) -> dict:
@@ -362,6 +370,7 @@ class Browser:
         return total / 2**20
 
     def close(self) -> None:
+        self.download_cap.close()
         try:
             self.driver.quit()
         except Exception:  # the browser may already be gone; make sure nothing is left behind

@@ -148,6 +148,7 @@ class WebEnv:
             cfg.step_timeout_s,
             self.proxy.address,
             cfg.browser_profile_dir,
+            cfg.download_max_mb,
         )
 
     # the browser's memory is read every this many episodes: reading every process's unique memory costs ~30 ms
@@ -216,6 +217,7 @@ class WebEnv:
         # over CDP this returns once about:blank is committed, where WebDriver's get() waits on about twice as long
         self.browser.cdp("Page.navigate", url="about:blank")
         self.browser.clear_state(http_cache=self.cfg.clear_http_cache)
+        self.browser.download_cap.cancel_all()  # else it would go on writing into the next episode's folder
         for path in self.browser.downloads.iterdir():
             path.unlink(missing_ok=True)
         self._downloads = {}
@@ -546,19 +548,12 @@ class WebEnv:
         self._tabs = {keep}
 
     def _check_downloads(self, page: dict, events: dict) -> None:
-        cap = self.cfg.download_max_mb * 1e6
-        for path in sorted(self.browser.downloads.iterdir()):
-            size = path.stat().st_size
-            if self._downloads.get(path.name) == size:
-                continue
-            self._downloads[path.name] = size
-            entry = {"name": path.name, "bytes": size, "complete": not path.name.endswith(".crdownload")}
-            if size > cap:
-                path.unlink(missing_ok=True)
-                entry["removed"] = f"over the {self.cfg.download_max_mb} MB cap"
+        """The downloads since the last observation, those cancelled over the cap while arriving included
+        (downloads.py); and the PDFs among them or shown."""
+        for entry in self.browser.download_cap.report(self._downloads):
             events.setdefault("downloads", []).append(entry)
-            if path.name.lower().removesuffix(".crdownload").endswith(".pdf"):
-                events.setdefault("pdf", []).append(path.name)
+            if entry["name"].lower().removesuffix(".crdownload").endswith(".pdf"):
+                events.setdefault("pdf", []).append(entry["name"])
         if page["content_type"] == "application/pdf":
             events.setdefault("pdf", []).append(page["url"])
 

@@ -1,12 +1,18 @@
 """python -m rlsys.report RUN_DIR [--out FILE] [--max-trajectories N] [--iterations A:B] [--max-bytes N]
+python -m rlsys.report RUN_A RUN_B ... [--out FILE] [--iterations A:B]
 
 Writes RUN_DIR/report.html: one self-contained page that opens offline from disk. It holds the
-learning curves from metrics.jsonl (inline SVG), the per-task evaluation table, the resolved config
-and provenance, and a browser over a sample of the run's trajectories: each step's screenshot as a
-JPEG thumbnail, the raw and parsed action, reward, errors and feedback, the judge's verdict, and
-Digi-Q's candidates with their Q, V and advantage. A shard that cannot be read, and a line of metrics.jsonl
+learning curves from metrics.jsonl (inline SVG, against iterations, env steps or time), the per-task
+evaluation table, the resolved config and provenance, and a browser over a sample of the run's
+trajectories: each step's screenshot as a JPEG thumbnail with the action drawn on it (the element acted
+on, the click or tap point, typed text, a scroll or swipe arrow), the model's raw output and the parsed
+action, the inputs the policy was given, reward, errors and feedback, the judge's verdict, and Digi-Q's
+candidates with their Q, V and advantage. A shard that cannot be read, and a line of metrics.jsonl
 that does not parse or holds something else than a number where the report counts, is named with the reason
 (and the line); the rest of the run is still shown.
+
+Given several run folders, it writes one page (default ./report-compare.html) with their curves overlaid,
+one colour per run, and a table of the runs.
 """
 
 from __future__ import annotations
@@ -35,22 +41,25 @@ from rlsys import __version__
 from rlsys.config.errors import shown
 from rlsys.core.types import Observation, Task, Trajectory, task_group
 from rlsys.data.shards import SCHEMA, StorageError, from_table
+from rlsys.report_compare import ComparedRun, comparison_page
 from rlsys.report_page import (
     browser_section,
     esc,
     eval_rows,
     eval_table_section,
     image_block,
+    is_number,
     json_block,
     json_text,
     key_value_table,
     page,
-    plot_specs,
-    plots_section,
 )
+from rlsys.report_plots import RATES, axes_of, plot_specs, plots_section
+from rlsys.report_steps import action_overlay, policy_input, rounded, shortened_locations
 
 DEFAULT_MAX_TRAJECTORIES = 200
 DEFAULT_MAX_BYTES = 25_000_000
+COMPARISON_PAGE = "report-compare.html"  # in the current folder, for several runs
 THUMB_WIDTH, THUMB_MAX_HEIGHT, JPEG_QUALITY = 320, 960, 70
 UI_TEXT_CHARS = 2000  # of each observation's element list
 THUMBNAIL_BATCH = 8  # trajectories whose screenshots are thumbnailed together
@@ -172,12 +181,7 @@ def index_shard(shard: Shard) -> list[Entry]:
 
 # what the report counts and tables, besides every curve's key: a value here that is not a number is left out
 COUNTED = ("policy_version", "train/trajectories", "eval/episodes", "eval/unknown", "eval/env_errors")
-RATES = ("eval/success_rate", "train/success_rate")  # and their per-task keys, RATE/TASK
 MAX_METRICS_PROBLEMS = 20  # lines of metrics.jsonl named in the header; the rest are counted
-
-
-def is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def load_metrics(run_dir: Path, problems: list[str]) -> list[dict]:
@@ -231,13 +235,15 @@ def read_run(run_dir: Path, iterations: tuple[int | None, int | None] | None, ca
         except (StorageError, OSError) as e:
             problems.append(str(e))
     if iterations is not None:
-        inside = lambda it: (
-            it is None
-            or ((iterations[0] is None or it >= iterations[0]) and (iterations[1] is None or it <= iterations[1]))
-        )
-        records = [r for r in records if inside(r["iteration"])]
-        entries = [e for e in entries if inside(e.iteration)]
+        records = [r for r in records if inside(iterations, r["iteration"])]
+        entries = [e for e in entries if inside(iterations, e.iteration)]
     return RunData(run_dir, records, entries, dict(counts), problems)
+
+
+def inside(window: tuple[int | None, int | None], iteration: int | None) -> bool:
+    """Whether `iteration` is in the --iterations window; an unknown one (imported data) always is."""
+    first, last = window
+    return iteration is None or ((first is None or iteration >= first) and (last is None or iteration <= last))
 
 
 # ---------------------------------------------------------------------------------------------- sampling
@@ -323,6 +329,10 @@ class ImageStore:
         self.embedded.append(thumb)
         return {"img": self.ids[digest]}
 
+    def size(self, number: int | None) -> tuple[int, int] | None:
+        """The original (width, height) of embedded image `number`."""
+        return None if number is None else (self.embedded[number]["w"], self.embedded[number]["h"])
+
     def _size(self, digest: bytes, png: bytes) -> int:
         if digest not in self.thumbs:
             self.thumbs[digest] = thumbnail(png)
@@ -339,12 +349,18 @@ class ImageStore:
 def observation_detail(obs: Observation, images: ImageStore) -> dict:
     """The screenshot (the number of an embedded image, or why there is none), the location, the element boxes to
     draw over the screenshot, and the element list."""
-    boxes = [e["box"] for e in obs.extras.get("elements") or [] if isinstance(e, dict) and "box" in e]
+    boxes = [e["box"] for e in elements_of(obs) if "box" in e]
+    ui_text = obs.ui_text or ""
     return images.embed(obs.screenshot_png) | {
         "location": obs.location,
-        "ui_text": (obs.ui_text or "")[:UI_TEXT_CHARS] or None,
+        "ui_text": ui_text[:UI_TEXT_CHARS] or None,
+        "ui_text_cut": len(ui_text) > UI_TEXT_CHARS or None,
         "boxes": boxes,
     }
+
+
+def elements_of(obs: Observation) -> list[dict]:
+    return [e for e in obs.extras.get("elements") or [] if isinstance(e, dict)]
 
 
 def finite(value):
@@ -373,10 +389,14 @@ def trajectory_detail(entry: Entry, traj: Trajectory, images: ImageStore) -> dic
     for i, step in enumerate(traj.steps):
         after = traj.next_observation(i)
         info = dict(step.info)
-        detail = observation_detail(step.observation, images) | {
+        seen = observation_detail(step.observation, images)
+        size = images.size(seen["img"])
+        detail = seen | {
             "i": i,
             "action_text": step.action_text,
             "action": step.action,
+            "overlay": action_overlay(step.action, elements_of(step.observation), size) if size else None,
+            "input": policy_input(step.observation),
             "reward": step.reward,
             "done": step.done,
             "policy_version": step.policy_version,
@@ -387,7 +407,7 @@ def trajectory_detail(entry: Entry, traj: Trajectory, images: ImageStore) -> dic
             "judge": info.pop("judge", None),
             "digiq": digiq_detail(info),
             "digirl": info.pop("digirl", None),
-            "timings": step.timings or None,
+            "timings": rounded(step.timings),
         }
         info.pop("digiq", None)
         detail["info"] = info or None
@@ -396,6 +416,10 @@ def trajectory_detail(entry: Entry, traj: Trajectory, images: ImageStore) -> dic
     if traj.final_observation is not None:
         final = observation_detail(traj.final_observation, images)
         final["feedback"] = traj.final_observation.extras.get("feedback")
+    locations = shortened_locations([s["location"] for s in steps] + ([final["location"]] if final else []))
+    for detail, location in zip(steps + ([final] if final else []), locations):
+        if location != detail["location"]:
+            detail["location_shown"] = location
     return finite(
         {
             "id": traj.id,
@@ -639,19 +663,26 @@ class RunReport:
         self._thumbs = {h: images.thumbs[h] for h in images.ids}  # keep what this page shows, not every screen
         config_text, config = read_config(self.run_dir)
         name = (config.get("run") or {}).get("name") or self.run_dir.name
-        specs, others = plot_specs(run.records)
+        axes = axes_of([run.records])
+        specs, others = plot_specs(run.records, axes.runs[0])
         rows, tasks = eval_rows(run.records)
         shown = sorted((e for e in sample if id(e) in details), key=display_order)
-        body = "\n".join(
-            [
-                header_section(name, run, sample, details, images, self.max_bytes, self.iterations, started),
-                plots_section(specs, others),
-                eval_table_section(rows, tasks),
-                browser_section(marks_burnt_in(config)),
-                provenance_section(config_text, self.run_dir),
+        browser = []  # the trajectory viewer, where there is a trajectory to show
+        if shown:
+            browser = [
+                browser_section(marks_burnt_in(config), (config.get("policy") or {}).get("kind")),
                 json_block("traj-index", json_text([index_row(k, e) for k, e in enumerate(shown)])),
                 "\n".join(json_block(f"d-{k}", details[id(e)], "traj") for k, e in enumerate(shown)),
                 "\n".join(image_block(n, thumb) for n, thumb in enumerate(images.embedded)),
+            ]
+        body = "\n".join(
+            [
+                header_section(name, run, sample, details, images, self.max_bytes, self.iterations, started),
+                plots_section(specs, others, axes),
+                eval_table_section(rows, tasks),
+                *browser[:1],
+                provenance_section(config_text, self.run_dir),
+                *browser[1:],
             ]
         )
         tmp = self.out.with_name(f".{self.out.name}.tmp")
@@ -669,6 +700,26 @@ def write_report(
 ) -> Path:
     """Write the report of `run_dir` to `out` (default RUN_DIR/report.html) and return its path."""
     return RunReport(run_dir, out, max_trajectories, iterations, max_bytes).write()
+
+
+def write_comparison(run_dirs: list, out, iterations: str | None = None) -> Path:
+    """Write one page overlaying the learning curves of `run_dirs` to `out` and return its path."""
+    window = parse_iterations(iterations) if iterations else None
+    runs = []
+    for run_dir in map(Path, run_dirs):
+        problems: list[str] = []
+        records = [r for r in load_metrics(run_dir, problems) if window is None or inside(window, r["iteration"])]
+        name = (read_config(run_dir)[1].get("run") or {}).get("name") or run_dir.name
+        runs.append(ComparedRun(str(name), run_dir, records, problems))
+    names = [run.name for run in runs]
+    for run in runs:
+        if names.count(run.name) > 1:
+            run.name = f"{run.name} ({run.run_dir})"
+    out = Path(out)
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text(comparison_page(runs, iterations), encoding="utf-8")
+    os.replace(tmp, out)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- CLI
@@ -700,8 +751,16 @@ def main(argv=None) -> int:
         prog="rlsys-report", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--version", action="version", version=f"rlsys {__version__}")
-    p.add_argument("run_dir", metavar="RUN_DIR", help="a run folder (runs/NAME)")
-    p.add_argument("--out", help="where to write the page (default RUN_DIR/report.html)")
+    p.add_argument(
+        "run_dirs",
+        metavar="RUN_DIR",
+        nargs="+",
+        help="a run folder (runs/NAME); several draw their curves together on one page",
+    )
+    p.add_argument(
+        "--out",
+        help=f"where to write the page (default RUN_DIR/report.html; for several runs, ./{COMPARISON_PAGE})",
+    )
     p.add_argument(
         "--max-trajectories",
         type=int,
@@ -723,12 +782,16 @@ def main(argv=None) -> int:
             p.error(str(e))
     if args.max_trajectories < 0:
         p.error("--max-trajectories must be 0 or more")
-    run_dir = Path(args.run_dir)
-    if not run_dir.is_dir():
-        print(f"rlsys-report: error: run folder not found: {run_dir}", file=sys.stderr)
-        return 2
+    run_dirs = [Path(d) for d in args.run_dirs]
+    for run_dir in run_dirs:
+        if not run_dir.is_dir():
+            print(f"rlsys-report: error: run folder not found: {run_dir}", file=sys.stderr)
+            return 2
     t0 = time.perf_counter()
-    path = write_report(run_dir, args.out, args.max_trajectories, args.iterations, args.max_bytes)
+    if len(run_dirs) > 1:
+        path = write_comparison(run_dirs, args.out or COMPARISON_PAGE, args.iterations)
+    else:
+        path = write_report(run_dirs[0], args.out, args.max_trajectories, args.iterations, args.max_bytes)
     print(f"{path}  {path.stat().st_size / 1e6:.1f} MB  {time.perf_counter() - t0:.1f} s")
     return 0
 

@@ -1,27 +1,16 @@
-"""How `rlsys.report` draws its page: SVG line plots, the tables, and the HTML shell with its inline CSS
-and JavaScript. Nothing here reads a run folder; everything on the page is inline, so it opens from disk
-with no request of any kind."""
+"""How `rlsys.report` draws its page: the tables, and the HTML shell with its inline CSS and JavaScript (the
+curves are `rlsys.report_plots`). Nothing here reads a run folder; everything on the page is inline, so it opens
+from disk with no request of any kind."""
 
 from __future__ import annotations
 
 import html
 import json
 import math
-from dataclasses import dataclass, replace
-
-PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f")
-MAIN_COLOR = "#111111"
-MAX_PLOT_POINTS = 800  # a longer series keeps each bucket's min and max
-MARKER_LIMIT = 60  # points per series up to which each point gets a marker with a tooltip
 
 
-@dataclass
-class PlotSpec:
-    title: str
-    series: list[tuple[str, list[tuple[float, float]]]]  # (label, [(iteration, value)]); the first may be `main`
-    percent: bool = False
-    main_first: bool = False  # draw the first series (the overall rate) bold and dark
-    key: str = ""  # the metric a test or a reader finds the plot by
+def is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def esc(value) -> str:
@@ -37,197 +26,6 @@ def json_block(element_id: str, text: str, css_class: str = "") -> str:
     """Data for the page's script (`json_text`), inert until the script parses it."""
     cls = f' class="{css_class}"' if css_class else ""
     return f'<script type="application/json" id="{esc(element_id)}"{cls}>{text}</script>'
-
-
-# ---------------------------------------------------------------------------------------------- plots
-
-
-def format_number(value: float, percent: bool = False) -> str:
-    if percent:
-        return f"{100 * value:.0f}%" if abs(value * 100 - round(value * 100)) < 1e-9 else f"{100 * value:.1f}%"
-    magnitude = abs(value)
-    if magnitude >= 1e6:
-        return f"{value / 1e6:.3g}M"
-    if magnitude >= 1e4:
-        return f"{value / 1e3:.3g}k"
-    return f"{value:.3g}"
-
-
-def nice_ticks(lo: float, hi: float, count: int = 5, integer: bool = False) -> list[float]:
-    """Round-numbered ticks covering [lo, hi]."""
-    if hi <= lo:
-        hi = lo + 1
-    raw = (hi - lo) / max(count, 1)
-    power = 10 ** math.floor(math.log10(raw))
-    step = next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw)
-    if integer:
-        step = max(1, round(step))
-    start = math.floor(lo / step) * step
-    ticks, t = [], start
-    while t <= hi + step * 1e-9:
-        ticks.append(round(t, 12))
-        t += step
-    if ticks[-1] < hi:
-        ticks.append(round(t, 12))
-    return ticks
-
-
-def decimate(points: list[tuple[float, float]], limit: int = MAX_PLOT_POINTS) -> list[tuple[float, float]]:
-    """At most ~`limit` points: each bucket keeps its lowest and highest value, in x order."""
-    if len(points) <= limit:
-        return points
-    size = math.ceil(len(points) / (limit // 2))
-    out = []
-    for i in range(0, len(points), size):
-        bucket = points[i : i + size]
-        low, high = min(bucket, key=lambda p: p[1]), max(bucket, key=lambda p: p[1])
-        out.extend(sorted({low, high}))
-    return out
-
-
-def series_color(spec: PlotSpec, i: int) -> str:
-    return MAIN_COLOR if spec.main_first and i == 0 else PALETTE[(i - spec.main_first) % len(PALETTE)]
-
-
-def line_plot(spec: PlotSpec, width: int = 460, height: int = 250) -> str:
-    """One figure: an SVG line plot with axes, ticks, labels, and an HTML legend below it."""
-    main_kept = spec.main_first and bool(spec.series[0][1])  # a plot without its overall line has no main one
-    spec = replace(spec, series=[(lb, pts) for lb, pts in spec.series if pts], main_first=main_kept)
-    series = [(label, decimate(sorted(points))) for label, points in spec.series]
-    xs = [x for _, pts in series for x, _ in pts]
-    ys = [y for _, pts in series for _, y in pts]
-    left, right, top, bottom = 56, 14, 12, 38
-    x_ticks = nice_ticks(min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1, 6, integer=True)
-    if spec.percent:
-        y_ticks = [0, 0.25, 0.5, 0.75, 1.0]
-    else:
-        lo, hi = min(ys), max(ys)
-        lo = 0.0 if 0 <= lo <= 0.3 * hi else lo
-        y_ticks = nice_ticks(lo, hi if hi > lo else lo + (abs(lo) or 1), 5)
-    x0, x1, y0, y1 = x_ticks[0], x_ticks[-1], y_ticks[0], y_ticks[-1]
-    sx = lambda x: left + (x - x0) / (x1 - x0) * (width - left - right)
-    sy = lambda y: height - bottom - (y - y0) / (y1 - y0) * (height - top - bottom)
-    parts = [
-        f'<svg class="plot-svg" viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img" '
-        f'aria-label="{esc(spec.title)}">',
-        f'<rect class="plot-bg" x="{left}" y="{top}" width="{width - left - right}" height="{height - top - bottom}"/>',
-    ]
-    for t in y_ticks:
-        y = sy(t)
-        parts.append(f'<line class="grid" x1="{left}" x2="{width - right}" y1="{y:.1f}" y2="{y:.1f}"/>')
-        parts.append(
-            f'<text class="tick" x="{left - 5}" y="{y + 3.5:.1f}" text-anchor="end">'
-            f"{format_number(t, spec.percent)}</text>"
-        )
-    for t in x_ticks:
-        x = sx(t)
-        parts.append(
-            f'<line class="axis" x1="{x:.1f}" x2="{x:.1f}" y1="{height - bottom}" y2="{height - bottom + 4}"/>'
-        )
-        parts.append(f'<text class="tick" x="{x:.1f}" y="{height - bottom + 15}" text-anchor="middle">{t:g}</text>')
-    parts.append(f'<line class="axis" x1="{left}" x2="{width - right}" y1="{height - bottom}" y2="{height - bottom}"/>')
-    parts.append(f'<line class="axis" x1="{left}" x2="{left}" y1="{top}" y2="{height - bottom}"/>')
-    parts.append(
-        f'<text class="label" x="{(left + width - right) / 2:.1f}" y="{height - 4}" '
-        f'text-anchor="middle">iteration</text>'
-    )
-    for i, (label, points) in enumerate(series):
-        main = spec.main_first and i == 0
-        color = series_color(spec, i)
-        coords = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in points)
-        parts.append(f'<g class="series{" main" if main else ""}" data-s="{i}" style="--c:{color}">')
-        parts.append(f'<polyline points="{coords}"/>')
-        if len(points) <= MARKER_LIMIT:
-            for x, y in points:
-                parts.append(
-                    f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="{3 if main else 2.3}">'
-                    f"<title>{esc(label)} at iteration {x:g}: {format_number(y, spec.percent)}</title>"
-                    "</circle>"
-                )
-        parts.append("</g>")
-    parts.append("</svg>")
-    legend = (
-        "".join(
-            f'<span class="lg" data-s="{i}"><i style="background:{series_color(spec, i)}"></i>{esc(label)}</span>'
-            for i, (label, _) in enumerate(series)
-        )
-        if len(series) > 1
-        else ""
-    )
-    return (
-        f'<figure class="plot" data-key="{esc(spec.key)}"><figcaption>{esc(spec.title)}</figcaption>'
-        f'{"".join(parts)}<div class="legend">{legend}</div></figure>'
-    )
-
-
-def plots_section(specs: list[PlotSpec], others: list[PlotSpec]) -> str:
-    if not specs and not others:
-        return '<section id="curves"><h2>Learning curves</h2><p class="empty">No metrics yet.</p></section>'
-    grid = "".join(line_plot(s) for s in specs)
-    more = ""
-    if others:
-        more = (
-            f'<details class="more"><summary>Every other numeric metric ({len(others)})</summary>'
-            f'<div class="plots small">{"".join(line_plot(s, 340, 200) for s in others)}</div></details>'
-        )
-    return f'<section id="curves"><h2>Learning curves</h2><div class="plots">{grid}</div>{more}</section>'
-
-
-# ---------------------------------------------------------------------------------------------- which curves
-
-
-def numeric_keys(records: list[dict]) -> list[str]:
-    keys = {
-        k
-        for r in records
-        for k, v in r.items()
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "iteration"
-    }
-    return sorted(keys)
-
-
-def series(records: list[dict], key: str) -> list[tuple[float, float]]:
-    return [
-        (r["iteration"], float(r[key]))
-        for r in records
-        if isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool) and math.isfinite(r[key])
-    ]
-
-
-def rate_plot(records: list[dict], title: str, overall: str, keys: list[str]) -> PlotSpec:
-    per_task = sorted(k for k in keys if k.startswith(overall + "/"))
-    lines = [("overall", series(records, overall))] + [(k[len(overall) + 1 :], series(records, k)) for k in per_task]
-    return PlotSpec(title, lines, percent=True, main_first=True, key=overall)
-
-
-def plot_specs(records: list[dict]) -> tuple[list[PlotSpec], list[PlotSpec]]:
-    """The named learning curves, and a small plot of every other numeric metric; plots with no data are left out."""
-    keys = numeric_keys(records)
-    used: set[str] = set()
-
-    def plot(title: str, chosen: list[str], percent: bool = False) -> PlotSpec:
-        used.update(chosen)
-        return PlotSpec(
-            title, [(k, series(records, k)) for k in chosen], percent=percent, key=chosen[0] if chosen else ""
-        )
-
-    named = [
-        rate_plot(records, "Evaluation success", "eval/success_rate", keys),
-        rate_plot(records, "Training success", "train/success_rate", keys),
-    ]
-    used.update(k for k in keys if k.startswith(("eval/success_rate", "train/success_rate")))
-    named += [plot(k, [k]) for k in keys if "loss" in k]
-    named += [
-        plot("Env steps per second", [k for k in keys if k == "time/env_steps_per_s"]),
-        plot("Policy lag of the trained sample (versions)", [k for k in keys if k.startswith("train/policy_lag")]),
-        plot("Replay buffer size (trajectories)", [k for k in keys if k == "replay/size"]),
-        plot("Judge calls", [k for k in keys if k.endswith("judge_calls_per_trajectory") or k == "judge/calls"]),
-        plot("Judge unknown rate", [k for k in keys if k == "judge/unknown_rate"], percent=True),
-        plot("Episodes without a verdict", [k for k in keys if k in ("train/unknown", "eval/unknown")]),
-    ]
-    others = [PlotSpec(k, [(k, series(records, k))], key=k) for k in keys if k not in used]
-    has_data = lambda spec: any(points for _, points in spec.series)
-    return [s for s in named if has_data(s)], [s for s in others if has_data(s)]
 
 
 def eval_rows(records: list[dict]) -> tuple[list[dict], list[str]]:
@@ -248,7 +46,7 @@ def percent_cell(value, task: str) -> str:
 
 def eval_table_section(rows: list[dict], tasks: list[str]) -> str:
     if not rows:
-        return '<section id="eval"><h2>Evaluation per task</h2><p class="empty">No evaluation results.</p></section>'
+        return ""
     head = "".join(
         f"<th>{esc(t)}</th>"
         for t in ["iteration", "policy version", "episodes", "no verdict", "env errors", "overall"] + tasks
@@ -306,17 +104,19 @@ def page(title: str, body: str) -> str:
 """
 
 
-def browser_section(marks_burnt: bool) -> str:
+def browser_section(marks_burnt: bool, policy_kind: str | None) -> str:
     """The trajectory browser: filters, a paginated list, and the opened trajectory (drawn by the script)."""
     selects = "".join(
         f'<label>{label} <select id="f-{name}"><option value="">all</option></select></label>'
         for name, label in (("split", "split"), ("iteration", "iteration"), ("task", "task"), ("outcome", "outcome"))
     )
     checked = "" if marks_burnt else " checked"
-    return f"""<section id="browser"><h2>Trajectories</h2>
+    return f"""<section id="browser" data-policy="{esc(policy_kind or "")}"><h2>Trajectories</h2>
 <div class="filters">{selects}<label>search <input id="f-search" type="search" placeholder="instruction or id"></label>
 <label title="element boxes from the observation, drawn over the screenshot">
-<input id="marks-toggle" type="checkbox"{checked}> draw element boxes</label></div>
+<input id="marks-toggle" type="checkbox"{checked}> draw element boxes</label>
+<label title="the step's action drawn over its screenshot: the element acted on, the click or tap point, the typed
+text, a scroll or swipe arrow"><input id="acts-toggle" type="checkbox" checked> draw actions</label></div>
 <div class="listbar"><span id="traj-count"></span><span class="pager">
 <button id="prev" type="button">&larr; prev</button>
 <span id="page-label"></span><button id="next" type="button">next &rarr;</button></span></div>
@@ -383,15 +183,26 @@ table.cands td.best{background:#e6f6ea;font-weight:600}
   z-index:10;cursor:zoom-out}
 #zoom[hidden]{display:none}#zoom .shot{width:min(90vw,calc(85vh * var(--ar,1.33)))}#zoom .shot img{cursor:zoom-out}
 details.more,details.config{margin-top:8px}summary{cursor:pointer;font-weight:600}
+.axis-switch{display:flex;flex-wrap:wrap;gap:4px 14px;align-items:center;margin:0 0 8px}
+.axis-switch .note{flex-basis:100%}
+.acts{position:absolute;left:0;top:0;width:100%;height:100%;pointer-events:none;overflow:visible}
+body.hide-acts .acts,body.hide-acts .act-label{display:none}
+.acts .act-box{fill:rgba(10,132,255,.12);stroke:#0a84ff;stroke-width:3;vector-effect:non-scaling-stroke}
+.acts .act-point{fill:rgba(255,214,10,.55);stroke:#0a84ff;stroke-width:3;vector-effect:non-scaling-stroke}
+.acts .act-arrow{stroke:#0a84ff;stroke-width:4;vector-effect:non-scaling-stroke}.acts .act-head{fill:#0a84ff}
+.acts .act-text{fill:#0a3d91;font-weight:700;paint-order:stroke;stroke:#fff;stroke-width:4px;
+  stroke-linejoin:round}
+.act-label{position:absolute;left:4px;top:4px;max-width:calc(100% - 8px);background:rgba(10,132,255,.92);
+  color:#fff;font:600 11px/1.3 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;padding:1px 5px;
+  border-radius:4px;overflow:hidden;text-overflow:ellipsis;white-space:nowrap;pointer-events:none}
+.input-note{color:var(--muted);font-size:12px;margin:4px 0}
 """
 
 JS = r"""
 (function () {
   'use strict';
   var $ = function (id) { return document.getElementById(id); };
-  var indexEl = $('traj-index');
-  if (!indexEl) return;
-  var rows = JSON.parse(indexEl.textContent), shown = rows, page = 0, PAGE = 50, selected = null;
+  var each = function (selector, fn) { Array.prototype.forEach.call(document.querySelectorAll(selector), fn); };
 
   function el(tag, attrs) {
     var node = document.createElement(tag);
@@ -407,14 +218,45 @@ JS = r"""
     }
     return node;
   }
-  function svgEl(tag, attrs) {
+  function svgEl(tag, attrs, text) {
     var node = document.createElementNS('http://www.w3.org/2000/svg', tag);
     for (var k in attrs) node.setAttribute(k, attrs[k]);
+    if (text !== undefined) node.textContent = text;
     return node;
   }
+
+  // ------------------------------------------------------------------ plots: legends and the x axis
+  each('.plot', function (fig) {
+    Array.prototype.forEach.call(fig.querySelectorAll('.lg'), function (lg) {
+      lg.addEventListener('mouseenter', function () {
+        fig.classList.add('hl');
+        Array.prototype.forEach.call(fig.querySelectorAll('.series[data-s="' + lg.getAttribute('data-s') + '"]'),
+          function (s) { s.classList.add('on'); });
+      });
+      lg.addEventListener('mouseleave', function () {
+        fig.classList.remove('hl');
+        Array.prototype.forEach.call(fig.querySelectorAll('.series.on'), function (s) { s.classList.remove('on'); });
+      });
+    });
+  });
+  each('input[name="x-axis"]', function (radio) {
+    radio.addEventListener('change', function () {
+      each('.plot-x', function (p) { p.style.display = p.getAttribute('data-x') === radio.value ? '' : 'none'; });
+    });
+  });
+
+  var indexEl = $('traj-index');
+  if (!indexEl) return;
+  var rows = JSON.parse(indexEl.textContent), shown = rows, page = 0, PAGE = 50, selected = null;
+  var policyKind = $('browser').getAttribute('data-policy');
+
   function iterLabel(r) { return r.iteration === null ? '—' : String(r.iteration) + (r.inferred ? '*' : ''); }
   function badge(outcome) { return el('span', {cls: 'o o-' + outcome, text: outcome}); }
   function fmt(v) { return typeof v === 'number' ? (Number.isInteger(v) ? String(v) : v.toFixed(3)) : String(v); }
+  function duration(s) {
+    if (typeof s !== 'number') return String(s);
+    return Math.abs(s) < 1 ? Number((s * 1000).toPrecision(3)) + ' ms' : Number(s.toPrecision(3)) + ' s';
+  }
 
   // ------------------------------------------------------------------ filters and the list
   var FILTERS = {split: 'split', iteration: 'iteration', task: 'group', outcome: 'outcome'};
@@ -461,24 +303,57 @@ JS = r"""
   $('next').addEventListener('click', function () { if ((page + 1) * PAGE < shown.length) { page++; renderList(); } });
 
   // ------------------------------------------------------------------ one trajectory
+  function marksLayer(boxes, w, h) {
+    var svg = svgEl('svg', {'class': 'marks', viewBox: '0 0 ' + w + ' ' + h, preserveAspectRatio: 'none'});
+    var size = Math.max(14, Math.round(w / 50));
+    boxes.forEach(function (b, i) {
+      svg.appendChild(svgEl('rect', {x: b[0], y: b[1], width: b[2], height: b[3]}));
+      svg.appendChild(svgEl('text', {x: b[0] + 2, y: b[1] + size, 'font-size': size}, String(i)));
+    });
+    return svg;
+  }
+
+  // the step's action over its screenshot, in the screenshot's pixels (computed by the report from the action)
+  function actionLayer(a, w, h) {
+    var svg = svgEl('svg', {'class': 'acts', viewBox: '0 0 ' + w + ' ' + h, preserveAspectRatio: 'none'});
+    var unit = Math.max(w, h) / 100;
+    if (a.box) svg.appendChild(svgEl('rect', {'class': 'act-box', x: a.box[0], y: a.box[1],
+                                              width: a.box[2], height: a.box[3]}));
+    if (a.arrow) {
+      var x0 = a.arrow[0], y0 = a.arrow[1], x1 = a.arrow[2], y1 = a.arrow[3];
+      var len = Math.max(Math.hypot(x1 - x0, y1 - y0), 1e-9), ux = (x1 - x0) / len, uy = (y1 - y0) / len;
+      var head = Math.min(3 * unit, len / 2);
+      svg.appendChild(svgEl('line', {'class': 'act-arrow', x1: x0, y1: y0, x2: x1 - ux * head, y2: y1 - uy * head}));
+      svg.appendChild(svgEl('polygon', {'class': 'act-head', points: [
+        [x1, y1], [x1 - ux * head - uy * head / 2, y1 - uy * head + ux * head / 2],
+        [x1 - ux * head + uy * head / 2, y1 - uy * head - ux * head / 2]].map(function (p) {
+          return p[0].toFixed(1) + ',' + p[1].toFixed(1); }).join(' ')}));
+    }
+    if (a.point) svg.appendChild(svgEl('circle', {'class': 'act-point', cx: a.point[0], cy: a.point[1],
+                                                  r: Math.max(1.5 * unit, 4)}));
+    if (a.text) {
+      var size = Math.max(12, Math.round(w / 28)), at;
+      if (a.box) at = {x: a.box[0], y: Math.min(a.box[1] + a.box[3] + size, h - 4), 'text-anchor': 'start'};
+      else at = {x: w / 2, y: h - size, 'text-anchor': 'middle'};
+      at['class'] = 'act-text';
+      at['font-size'] = size;
+      svg.appendChild(svgEl('text', at, a.text));
+    }
+    return svg;
+  }
+
   function shot(obs) {
     var box = el('div', {cls: 'shot'}), block = obs.img === null ? null : $('i-' + obs.img);
     if (!block) return el('div', {cls: 'shot'}, el('div', {cls: 'missing', text: obs.img_note || 'no screenshot'}));
-    var img = {w: +block.dataset.w, h: +block.dataset.h};
+    var w = +block.dataset.w, h = +block.dataset.h;
     var image = el('img', {src: block.textContent, alt: 'screenshot',
                            width: block.dataset.tw, height: block.dataset.th});
     box.appendChild(image);
-    box.style.setProperty('--ar', img.w / img.h);
-    if (obs.boxes && obs.boxes.length) {
-      var svg = svgEl('svg', {'class': 'marks', viewBox: '0 0 ' + img.w + ' ' + img.h, preserveAspectRatio: 'none'});
-      var size = Math.max(14, Math.round(img.w / 50));
-      obs.boxes.forEach(function (b, i) {
-        svg.appendChild(svgEl('rect', {x: b[0], y: b[1], width: b[2], height: b[3]}));
-        var t = svgEl('text', {x: b[0] + 2, y: b[1] + size, 'font-size': size});
-        t.textContent = String(i);
-        svg.appendChild(t);
-      });
-      box.appendChild(svg);
+    box.style.setProperty('--ar', w / h);
+    if (obs.boxes && obs.boxes.length) box.appendChild(marksLayer(obs.boxes, w, h));
+    if (obs.overlay) {
+      box.appendChild(actionLayer(obs.overlay, w, h));
+      box.appendChild(el('div', {cls: 'act-label', title: obs.overlay.label, text: obs.overlay.label}));
     }
     image.addEventListener('click', function (ev) {
       if (box.parentNode && box.parentNode.id === 'zoom') return;
@@ -526,10 +401,38 @@ JS = r"""
     return wrap;
   }
 
+  function locationNode(o) {
+    if (!o.location) return null;
+    return el('pre', {cls: 'location', title: o.location, text: o.location_shown || o.location});
+  }
+
+  function timingsText(t) {
+    return Object.keys(t).map(function (k) {
+      return /_s$/.test(k) ? k.slice(0, -2) + ' ' + duration(t[k]) : k + ' ' + fmt(t[k]);
+    }).join(' · ');
+  }
+
+  // what the policy was given: the prompt itself is not stored, so its inputs are shown, each labelled
+  function inputNode(s) {
+    var inp = s.input || {}, earlier = inp.earlier || [], t = el('table', {cls: 'kv input'});
+    var lines = s.ui_text ? s.ui_text.split('\n').length : 0;
+    row(t, 'instruction', inp.instruction);
+    row(t, 'page', s.location);
+    row(t, 'earlier actions', earlier.length ? earlier.map(function (a, i) { return (i + 1) + '. ' + a; })
+      .join('\n') : 'none');
+    row(t, 'feedback on the last action', inp.feedback, 'err');
+    row(t, 'element list', s.ui_text ? s.ui_text + (s.ui_text_cut ? '\n… (cut for the report)' : '') : null);
+    var summary = 'instruction, screenshot, ' + (lines ? lines + ' element lines, ' : '') + earlier.length +
+      ' earlier action' + (earlier.length === 1 ? '' : 's') + (inp.feedback ? ', feedback' : '');
+    return el('details', {cls: 'input'}, el('summary', {text: summary}),
+      el('div', {cls: 'input-note', text: 'The prompt text is not stored: the policy' +
+        (policyKind ? ' (' + policyKind + ')' : '') + ' built its input from these.'}), t);
+  }
+
   function stepNode(d, s) {
     var t = el('table', {});
-    row(t, 'action text', s.action_text);
-    row(t, 'parsed action', s.action === null ? 'none (did not parse)' : json(s.action));
+    row(t, 'model output', s.action_text);
+    row(t, 'parsed action', s.action === null ? 'none (did not parse)' : JSON.stringify(s.action));
     row(t, 'error', s.error, 'err');
     row(t, 'feedback', s.feedback, 'err');
     row(t, 'reward', fmt(s.reward) + (s.done ? '  (done)' : ''));
@@ -543,10 +446,9 @@ JS = r"""
     }
     if (s.digirl) row(t, 'DigiRL', json(s.digirl));
     if (s.info) row(t, 'info', json(s.info));
-    row(t, 'location', s.location);
-    if (s.ui_text) row(t, 'ui text', el('details', {}, el('summary', {text: s.ui_text.split('\n').length + ' lines'}),
-      el('pre', {text: s.ui_text})));
-    if (s.timings) row(t, 'timings', json(s.timings));
+    row(t, 'location', locationNode(s));
+    row(t, 'policy input', inputNode(s));
+    if (s.timings) row(t, 'timings', timingsText(s.timings));
     return el('div', {cls: 'step', 'data-step': s.i}, shot(s),
       el('div', {cls: 'fields'}, el('h3', {text: 'step ' + s.i}), t));
   }
@@ -571,7 +473,7 @@ JS = r"""
     d.steps.forEach(function (s) { box.appendChild(stepNode(d, s)); });
     if (d.final) {
       var f = el('table', {});
-      row(f, 'location', d.final.location);
+      row(f, 'location', locationNode(d.final));
       row(f, 'feedback', d.final.feedback, 'err');
       box.appendChild(el('div', {cls: 'step final'}, shot(d.final),
         el('div', {cls: 'fields'}, el('h3', {text: 'final observation (what the last action led to)'}), f)));
@@ -579,23 +481,13 @@ JS = r"""
     if (location.hash !== '#t-' + k) history.replaceState(null, '', '#t-' + k);
   }
 
-  // ------------------------------------------------------------------ plots and toggles
-  Array.prototype.forEach.call(document.querySelectorAll('.plot'), function (fig) {
-    Array.prototype.forEach.call(fig.querySelectorAll('.lg'), function (lg) {
-      lg.addEventListener('mouseenter', function () {
-        fig.classList.add('hl');
-        var s = fig.querySelector('.series[data-s="' + lg.getAttribute('data-s') + '"]');
-        if (s) s.classList.add('on');
-      });
-      lg.addEventListener('mouseleave', function () {
-        fig.classList.remove('hl');
-        Array.prototype.forEach.call(fig.querySelectorAll('.series.on'), function (s) { s.classList.remove('on'); });
-      });
-    });
-  });
+  // ------------------------------------------------------------------ toggles
   function syncMarks() { document.body.classList.toggle('show-marks', $('marks-toggle').checked); }
+  function syncActs() { document.body.classList.toggle('hide-acts', !$('acts-toggle').checked); }
   $('marks-toggle').addEventListener('change', syncMarks);
+  $('acts-toggle').addEventListener('change', syncActs);
   syncMarks();
+  syncActs();
   renderList();
   var m = /^#t-(\d+)$/.exec(location.hash);
   if (m && $('d-' + m[1])) openTrajectory(Number(m[1]));

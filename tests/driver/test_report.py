@@ -51,8 +51,9 @@ def screenshot(label: str, step: int, size=SIZE) -> bytes:
     return out.getvalue()
 
 
-def observation(label: str, step: int, feedback=None, size=SIZE, pool=None) -> Observation:
-    """A screen with two elements; `pool` (a list of PNGs) gives screenshots without drawing new ones."""
+def observation(label: str, step: int, feedback=None, size=SIZE, pool=None, previous=()) -> Observation:
+    """A screen with two elements; `pool` (a list of PNGs) gives screenshots without drawing new ones;
+    `previous`, the episode's earlier action texts, as the runner gives them to the policy."""
     png = pool[hash((label, step)) % len(pool)] if pool else screenshot(label, step, size)
     elements = [
         {"tag": "button", "text": "ONE", "box": [SHAPE[0], SHAPE[1], 120, 80]},
@@ -63,7 +64,7 @@ def observation(label: str, step: int, feedback=None, size=SIZE, pool=None) -> O
         '[0] button "ONE"\n[1] input',
         f"file:///{label}.html",
         f"do {label}",
-        {"elements": elements, "feedback": feedback},
+        {"elements": elements, "feedback": feedback, "previous_actions": list(previous)},
     )
 
 
@@ -77,16 +78,17 @@ def episode(
     for i in range(steps):
         bad = i == parse_error_at
         error = "could not parse 'clik [3]': expected click [N] or type [N] text" if bad else None
+        feedback, previous = None if i == 0 else out[-1].error, [s.action_text for s in out]
         out.append(
             Step(
-                observation(tid, i, feedback=None if i == 0 else out[-1].error, size=size, pool=pool),
+                observation(tid, i, feedback=feedback, size=size, pool=pool, previous=previous),
                 "clik [3]" if bad else f"click [{i % 2}]",
                 None if bad else {"kind": "click", "element": i % 2},
                 0.0,
                 False,
                 3,
                 -0.25 * (i + 1),
-                {"act_s": 0.01, "env_s": 0.02},
+                {"act_s": 0.0123456, "env_s": 1.23456},
                 error,
             )
         )
@@ -270,7 +272,7 @@ def test_svg_plots_are_drawn_with_axes_and_lines(report, browser):
     figures = {
         f.get_attribute("data-key"): f for f in browser.find_elements(By.CSS_SELECTOR, "#curves > .plots > figure")
     }
-    for key in (
+    for key in (  # drawn against iterations until the page's axis switch says otherwise
         "eval/success_rate",
         "train/success_rate",
         "actor/loss",
@@ -283,14 +285,15 @@ def test_svg_plots_are_drawn_with_axes_and_lines(report, browser):
         "eval/unknown",
     ):
         assert key in figures, f"no plot of {key}: {sorted(figures)}"
-        svg = figures[key].find_element(By.TAG_NAME, "svg")
+        svg = figures[key].find_element(By.CSS_SELECTOR, 'svg[data-x="iteration"]')
         assert svg.size["width"] > 200 and svg.size["height"] > 100
         lines = svg.find_elements(By.TAG_NAME, "polyline")
         assert lines and all(len(line.get_attribute("points").split()) >= 2 for line in lines)
         assert len(svg.find_elements(By.CSS_SELECTOR, "text.tick")) >= 6
-    evaluation = figures["eval/success_rate"]
+    evaluation = figures["eval/success_rate"].find_element(By.CSS_SELECTOR, 'svg[data-x="iteration"]')
     assert len(evaluation.find_elements(By.TAG_NAME, "polyline")) == 1 + len(TASKS)  # overall and each task
-    assert [e.text for e in evaluation.find_elements(By.CSS_SELECTOR, ".lg")] == ["overall", *sorted(TASKS)]
+    legend = figures["eval/success_rate"].find_elements(By.CSS_SELECTOR, ".lg")
+    assert [e.text for e in legend] == ["overall", *sorted(TASKS)]
     assert len(evaluation.find_element(By.CSS_SELECTOR, ".series.main").find_elements(By.TAG_NAME, "circle")) == 3
     # the overall line rises from 25% to 87.5%: its last point lies above its first on screen
     points = [
@@ -416,6 +419,260 @@ def test_nothing_is_requested_from_the_network(report, browser):
     assert severe_console_errors(browser) == []
 
 
+def shot_fraction(driver, step, selector: str) -> tuple[float, float]:
+    """Where the centre of the overlay shape `selector` appears on the step's screenshot, as fractions of the
+    displayed image (what a reader sees, whatever the thumbnail's scale)."""
+    return tuple(
+        driver.execute_script(
+            """
+            var step = arguments[0], img = step.querySelector('.shot img').getBoundingClientRect();
+            var r = step.querySelector(arguments[1]).getBoundingClientRect();
+            return [(r.left + r.width / 2 - img.left) / img.width, (r.top + r.height / 2 - img.top) / img.height];""",
+            step,
+            selector,
+        )
+    )
+
+
+def attributes(element, *names) -> list[float]:
+    return [float(element.get_attribute(n)) for n in names]
+
+
+def test_the_action_is_drawn_on_its_screenshot(report, browser):
+    """A click is drawn on its screenshot: the element's box outlined and the point the env clicks (the box's
+    centre) marked, where the reader sees them on the thumbnail; an action that did not parse draws nothing."""
+    load(browser, report[0])
+    steps = open_trajectory(browser, VALUES_ID).find_elements(By.CSS_SELECTOR, ".step")
+    for step, (box, centre) in zip(steps, [((40, 30, 120, 80), (100, 70)), ((220, 150, 100, 40), (270, 170))]):
+        acts = step.find_element(By.CSS_SELECTOR, ".shot svg.acts")
+        assert acts.get_dom_attribute("viewBox") == f"0 0 {SIZE[0]} {SIZE[1]}"
+        assert attributes(acts.find_element(By.CSS_SELECTOR, "rect.act-box"), "x", "y", "width", "height") == list(box)
+        assert attributes(acts.find_element(By.CSS_SELECTOR, "circle.act-point"), "cx", "cy") == list(centre)
+        x, y = shot_fraction(browser, step, "circle.act-point")
+        assert abs(x - centre[0] / SIZE[0]) < 0.01 and abs(y - centre[1] / SIZE[1]) < 0.01, (x, y)
+    assert steps[0].find_element(By.CSS_SELECTOR, ".act-label").text == "click [0]"
+    assert steps[1].find_element(By.CSS_SELECTOR, ".act-label").text == "click [1]"
+    browser.find_element(By.ID, "acts-toggle").click()
+    assert not steps[0].find_element(By.CSS_SELECTOR, "svg.acts").is_displayed()
+    browser.find_element(By.ID, "acts-toggle").click()
+    assert steps[0].find_element(By.CSS_SELECTOR, "svg.acts").is_displayed()
+
+    unparsed = open_trajectory(browser, PARSE_ERROR_ID).find_elements(By.CSS_SELECTOR, ".step")[1]
+    assert unparsed.find_elements(By.CSS_SELECTOR, "svg.acts, .act-label") == []
+    assert severe_console_errors(browser) == []
+
+
+def action_steps(name: str, actions: list[tuple[str, dict | None, str]], size, elements) -> Trajectory:
+    """An episode of the given (action text, parsed action, location) steps on blank screens of `size`."""
+    task = Task(f"{name}-1", f"act on {name}", "miniwob", start=name)
+    steps = [
+        Step(
+            Observation(screenshot(name, i, size), "", location, f"act on {name}", {"elements": elements}),
+            text,
+            action,
+            0.0,
+            i == len(actions) - 1,
+            1,
+            None,
+        )
+        for i, (text, action, location) in enumerate(actions)
+    ]
+    return Trajectory(task, steps, "failure", id=name)
+
+
+def test_web_and_android_actions_are_drawn(tmp_path, browser):
+    """Actions as the web env and the Android env parse them: typed text shown at its element, a scroll arrow
+    in its direction, a click at the point the page's hit test found, a tap at its fraction of the screen,
+    a swipe's arrow, Android's typed text along the bottom, and keys named in the label."""
+    from rlsys.envs.android.actions import parse_action
+    from rlsys.envs.web.spaces import WebAction
+
+    elements = [
+        {"tag": "button", "text": "ONE", "box": [40, 30, 120, 80]},
+        {"tag": "input", "text": "", "box": [220, 150, 100, 40]},
+        {"tag": "a", "text": "Docs", "box": [300, 20, 80, 60], "point": [333, 44]},
+    ]
+    shop = "https://shop.example.com/catalog/shoes?page="
+    web = action_steps(
+        "web",
+        [
+            ("type [1] hello", WebAction("type", 1, "hello", submit=True).to_dict(), shop + "1"),
+            ("scroll down", WebAction("scroll", direction="down").to_dict(), shop + "1"),
+            ("click [2]", WebAction("click", 2).to_dict(), shop + "2"),
+            ("tap", WebAction("tap", point=(0.25, 0.5)).to_dict(), "https://other.example.org/"),
+            ("goto", WebAction("goto", url="https://example.org/x").to_dict(), "https://other.example.org/"),
+        ],
+        SIZE,
+        elements,
+    )
+    phone = (270, 570)
+    android = action_steps(
+        "android",
+        [
+            (text, parse_action(text, "cogagent").to_dict(), "com.android.chrome")
+            for text in (
+                "Grounded Operation: tap [[250,500]]",
+                "Grounded Operation: swipe up",
+                'Grounded Operation: type "hi there"',
+                "Grounded Operation: press back",
+            )
+        ],
+        phone,
+        [],
+    )
+    run = tmp_path / "actions"
+    ShardWriter(run / "trajectories", split="train").write([web, android], 1)
+    load(browser, write_report(run))
+
+    steps = open_trajectory(browser, "web").find_elements(By.CSS_SELECTOR, ".step")
+    typed = steps[0].find_element(By.CSS_SELECTOR, "svg.acts text.act-text")
+    assert typed.text == "hello ⏎" and attributes(typed, "x")[0] == 220 and attributes(typed, "y")[0] > 150 + 40
+    assert attributes(steps[0].find_element(By.CSS_SELECTOR, "circle.act-point"), "cx", "cy") == [270, 170]
+    assert steps[0].find_element(By.CSS_SELECTOR, ".act-label").text == 'type [1] "hello" + Enter'
+    x1, y1, x2, y2 = attributes(steps[1].find_element(By.CSS_SELECTOR, "line.act-arrow"), "x1", "y1", "x2", "y2")
+    assert (x1, y1) == (200, 150) and x2 == 200 and y2 > y1 + 40  # the window scrolls down
+    assert attributes(steps[2].find_element(By.CSS_SELECTOR, "circle.act-point"), "cx", "cy") == [333, 44]
+    assert attributes(steps[3].find_element(By.CSS_SELECTOR, "circle.act-point"), "cx", "cy") == [100, 150]
+    assert steps[4].find_elements(By.CSS_SELECTOR, "svg.acts > *") == []
+    assert steps[4].find_element(By.CSS_SELECTOR, ".act-label").text == "goto https://example.org/x"
+    # a location like the step before's is shortened; the full one is its tooltip
+    where = [s.find_element(By.CSS_SELECTOR, "pre.location") for s in steps]
+    assert [w.text for w in where] == [
+        shop + "1",
+        "same as step 0",
+        "…/shoes?page=2",
+        "https://other.example.org/",
+        "same as step 3",
+    ]
+    assert where[2].get_attribute("title") == shop + "2"
+
+    steps = open_trajectory(browser, "android").find_elements(By.CSS_SELECTOR, ".step")
+    assert steps[0].find_element(By.CSS_SELECTOR, "svg.acts").get_dom_attribute("viewBox") == "0 0 270 570"
+    assert attributes(steps[0].find_element(By.CSS_SELECTOR, "circle.act-point"), "cx", "cy") == [67.5, 285]
+    x, y = shot_fraction(browser, steps[0], "circle.act-point")
+    assert abs(x - 0.25) < 0.01 and abs(y - 0.5) < 0.01, (x, y)
+    x1, y1, x2, y2 = attributes(steps[1].find_element(By.CSS_SELECTOR, "line.act-arrow"), "x1", "y1", "x2", "y2")
+    assert (x1, y1) == (135, 285) and x2 == 135 and y2 < y1  # the finger moves up
+    assert steps[1].find_element(By.CSS_SELECTOR, "polygon.act-head")
+    typed = steps[2].find_element(By.CSS_SELECTOR, "text.act-text")
+    assert typed.text == "hi there" and attributes(typed, "x")[0] == 135 and attributes(typed, "y")[0] > 500
+    assert steps[3].find_element(By.CSS_SELECTOR, ".act-label").text == "back"
+    assert severe_console_errors(browser) == []
+
+
+def test_a_step_shows_the_model_output_and_what_the_policy_was_given(report, browser):
+    """The raw model output and, since the prompt itself is not stored, the policy's inputs labelled as such;
+    timings rounded to three digits in ms or s; a location repeated from the step before shortened."""
+    load(browser, report[0])
+    step = open_trajectory(browser, VALUES_ID).find_elements(By.CSS_SELECTOR, ".step")[2]
+    rows = {
+        r.find_element(By.TAG_NAME, "th").text: r.find_element(By.TAG_NAME, "td")
+        for r in step.find_elements(By.CSS_SELECTOR, ".fields > table > tr")
+    }
+    assert rows["model output"].text == "click [0]"
+    assert rows["timings"].text == "act 12.3 ms · env 1.23 s"
+    assert rows["location"].text == "same as step 0"
+    assert rows["location"].find_element(By.TAG_NAME, "pre").get_attribute("title") == f"file:///{VALUES_ID}.html"
+    given = rows["policy input"]
+    given.find_element(By.TAG_NAME, "summary").click()
+    assert "The prompt text is not stored" in given.text
+    inputs = {r.find_element(By.TAG_NAME, "th").text: r.text for r in given.find_elements(By.CSS_SELECTOR, "tr")}
+    assert inputs["instruction"].endswith(f"do {VALUES_ID}")
+    assert inputs["earlier actions"].endswith("1. click [0]\n2. click [1]")
+    assert inputs["element list"].endswith('[0] button "ONE"\n[1] input')
+    assert severe_console_errors(browser) == []
+
+
+def other_run(folder, name: str, scale: float):
+    """A run folder with metrics only: the test run's, every success rate scaled by `scale`."""
+    folder.mkdir()
+    records = [
+        {k: (v * scale if "success_rate" in k else v) for k, v in r.items() if k != "env_steps"}
+        for r in metrics_records()
+    ]
+    write_metrics(folder, records)
+    (folder / "config.yaml").write_text(f"run:\n  name: {name}\n")
+    return folder
+
+
+def visible_plot(figure):
+    return next(s for s in figure.find_elements(By.CSS_SELECTOR, ".plot-x") if s.is_displayed())
+
+
+def point_titles(svg, series: str = ".series") -> list[str]:
+    return [t.get_attribute("textContent") for t in svg.find_elements(By.CSS_SELECTOR, f"{series} circle title")]
+
+
+def test_several_runs_are_overlaid_on_one_page(report, tmp_path, browser, monkeypatch):
+    """rlsys-report RUN_A RUN_B: each metric drawn once with a line per run, in one colour per run, and a
+    legend naming the runs; the page goes to ./report-compare.html unless --out says otherwise."""
+    run_a, run_b = report[0].parent, other_run(tmp_path / "b", "other-run", 0.5)
+    monkeypatch.chdir(tmp_path)
+    assert main([str(run_a), str(run_b)]) == 0
+    page = tmp_path / "report-compare.html"
+    load(browser, page)
+    assert browser.find_element(By.TAG_NAME, "h1").text == "2 runs compared"
+    rows = browser.find_elements(By.CSS_SELECTOR, "#runs-table tbody tr")
+    assert [[c.text for c in r.find_elements(By.TAG_NAME, "td")] for r in rows] == [
+        ["report-test", str(run_a), "0–4", "56", "87.5% at iteration 4"],
+        ["other-run", str(run_b), "0–4", "100", "43.8% at iteration 4"],  # env steps summed from steps/s
+    ]
+    figures = {f.get_attribute("data-key"): f for f in browser.find_elements(By.CSS_SELECTOR, "#curves figure")}
+    for key in ("eval/success_rate", "train/success_rate", "actor/loss", "eval/success_rate/click-tab"):
+        svg = figures[key].find_element(By.CSS_SELECTOR, 'svg[data-x="iteration"]')
+        lines = svg.find_elements(By.TAG_NAME, "polyline")
+        colours = [browser.execute_script("return getComputedStyle(arguments[0]).stroke", line) for line in lines]
+        assert colours == ["rgb(31, 119, 180)", "rgb(214, 39, 40)"], key
+        legend = [e.get_attribute("textContent") for e in figures[key].find_elements(By.CSS_SELECTOR, ".lg")]
+        assert legend == ["report-test", "other-run"], key
+    evaluation = figures["eval/success_rate"].find_element(By.CSS_SELECTOR, 'svg[data-x="iteration"]')
+    assert point_titles(evaluation, '.series[data-s="1"]') == [
+        "other-run at iteration 0: 12.5%",
+        "other-run at iteration 2: 31.2%",
+        "other-run at iteration 4: 43.8%",
+    ]
+    assert browser.find_elements(By.ID, "browser") == []
+    assert severe_console_errors(browser) == []
+
+    out = tmp_path / "ab.html"
+    assert main([str(run_a), str(run_b), "--out", str(out), "--iterations", "3:"]) == 0
+    assert "Iterations 3: only" in out.read_text() and "at iteration 2" not in out.read_text()
+    assert main([str(run_a), str(tmp_path / "missing")]) == 2
+
+
+def test_the_x_axis_switches_to_env_steps_and_time(report, tmp_path, browser):
+    """The curves against iterations, then the env steps the metrics count, then the time spent collecting and
+    updating (the sum of time/iteration_s, 2 s an iteration here); where env_steps is not recorded, it is
+    summed from each iteration's steps per second times its seconds."""
+    load(browser, report[0])
+    evaluation = browser.find_element(By.CSS_SELECTOR, '#curves figure[data-key="eval/success_rate"]')
+    overall = lambda: point_titles(visible_plot(evaluation), ".series.main")
+    ticks = lambda: [t.text for t in visible_plot(evaluation).find_elements(By.CSS_SELECTOR, "text.tick")]
+    assert overall() == [f"overall at iteration {it}: {rate}" for it, rate in ((0, "25%"), (2, "62.5%"), (4, "87.5%"))]
+    by_iteration = ticks()
+    browser.find_element(By.ID, "x-env_steps").click()
+    assert overall() == [
+        "overall at 0 env steps: 25%",
+        "overall at 28 env steps: 62.5%",
+        "overall at 56 env steps: 87.5%",
+    ]
+    assert ticks() != by_iteration and "env steps (training)" in visible_plot(evaluation).text
+    browser.find_element(By.ID, "x-time").click()
+    assert overall() == ["overall at 0 s: 25%", "overall at 4 s: 62.5%", "overall at 8 s: 87.5%"]
+    assert "time/iteration_s" in browser.find_element(By.CSS_SELECTOR, ".axis-switch").text
+    browser.find_element(By.ID, "x-iteration").click()
+    assert overall()[1] == "overall at iteration 2: 62.5%"
+
+    run = other_run(tmp_path / "no-env-steps", "derived", 1.0)  # 10 + it steps/s for 2 s each
+    load(browser, write_report(run))
+    browser.find_element(By.ID, "x-env_steps").click()
+    loss = browser.find_element(By.CSS_SELECTOR, '#curves figure[data-key="actor/loss"]')
+    assert [t.split(":")[0] for t in point_titles(visible_plot(loss))] == [
+        f"actor/loss at {steps} env steps" for steps in (22, 46, 72, 100)
+    ]
+    assert severe_console_errors(browser) == []
+
+
 def test_page_screenshot_is_not_blank(report, browser, tmp_path_factory):
     load(browser, report[0])
     png = browser.get_screenshot_as_png()
@@ -533,13 +790,13 @@ def test_a_rewrite_reads_only_the_new_shards(tmp_path, monkeypatch):
 
 
 def test_empty_run_folder_gives_a_page_that_says_so(tmp_path, browser):
+    """The header says there is nothing yet, and no empty panel is drawn below it."""
     (tmp_path / "empty").mkdir()
     path = write_report(tmp_path / "empty")
     load(browser, path)
     assert "Nothing here yet" in browser.find_element(By.TAG_NAME, "header").text
-    assert browser.find_element(By.ID, "traj-count").text == "0 of 0 trajectories"
-    assert "No evaluation results." in browser.find_element(By.ID, "eval").text
-    assert browser.find_elements(By.CSS_SELECTOR, "#curves svg") == []
+    assert [s.get_attribute("id") for s in browser.find_elements(By.TAG_NAME, "section")] == []
+    assert "0 of 0" in browser.find_element(By.TAG_NAME, "header").text  # trajectories shown
     assert severe_console_errors(browser) == []
 
 
@@ -564,7 +821,11 @@ def test_offline_only_run_without_evaluation(tmp_path, browser):
         [with_digiq_scores(episode("s", "aitw", "failure", suite="aitw-general"), 0)], 3
     )
     load(browser, write_report(run))
-    assert "No evaluation results." in browser.find_element(By.ID, "eval").text
+    assert browser.find_elements(By.ID, "eval") == []  # no empty evaluation panel
+    assert [s.get_attribute("id") for s in browser.find_elements(By.TAG_NAME, "section")] == [
+        "curves",
+        "browser",
+    ]
     keys = [f.get_attribute("data-key") for f in browser.find_elements(By.CSS_SELECTOR, "#curves > .plots > figure")]
     assert keys == ["actor/loss", "critic/loss", "replay/size"]
     assert browser.find_element(By.ID, "traj-count").text == "1 of 1 trajectories"

@@ -10,9 +10,9 @@ with the watchdog), because a Ray worker that exits kills its own children, with
 grandchild, and outlives that.
 
 Once the owner is gone (or the stand-in, so Selenium's handle on the browser), the watchdog kills every
-process beneath it and removes the browser's profile folder; it finds out within POLL_S. It does the same
-when chromedriver exits, and when it is told to stop (SIGTERM, from Selenium after chromedriver's own
-shutdown). The parent-death signal alone would not do: it fires when the
+process beneath it and removes the browser's profile folder; it finds out within POLL_S. It also kills what
+is left when chromedriver exits, and when it is told to stop (SIGTERM, from Selenium after chromedriver's own
+shutdown); the owner then removes the profile itself. The parent-death signal alone would not do: it fires when the
 parent *thread* exits, it reaches only chromedriver, and Chromium's zygotes are not chromedriver's children.
 
 Standard library only, and run with `-I -S`, so it starts in a few tens of milliseconds.
@@ -132,7 +132,7 @@ class _Owner:
 
 def watch(owner: _Owner, stand_in: int, profile: str, command: list[str]) -> int:
     """The watchdog: chromedriver beneath it until chromedriver exits, a stop is asked, or the owner or the
-    stand-in is gone; then nothing beneath it, and no profile (the browser that used it is gone)."""
+    stand-in is gone; then nothing beneath it, and in the last two cases no profile either."""
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
     _prctl(_PR_SET_PDEATHSIG, signal.SIGUSR1)
     code = 1
@@ -150,7 +150,8 @@ def watch(owner: _Owner, stand_in: int, profile: str, command: list[str]) -> int
                 code = _wait_for(driver, STOP_GRACE_S) or 0
                 break
     kill_everything_beneath()
-    shutil.rmtree(profile, ignore_errors=True)
+    if not owner.alive() or os.getppid() != stand_in:  # else the owner's Browser.close() removes it
+        shutil.rmtree(profile, ignore_errors=True)
     return code
 
 

@@ -166,7 +166,7 @@ class DownloadCap:
         the cap, which is deleted (a download that finished between two samples)."""
         with self._folder:
             entries, self._cancelled = self._cancelled, []
-            for path in sorted(self.folder.iterdir()):
+            for path in _files(self.folder):
                 try:
                     size = path.stat().st_size
                 except FileNotFoundError:
@@ -181,12 +181,14 @@ class DownloadCap:
                 entries.append(entry)
         return entries
 
-    def cancel_all(self) -> None:
-        """Cancel every download in progress and forget what was reported: between episodes, where one would
-        go on writing into the next."""
+    def clear(self) -> None:
+        """Cancel every download in progress (it would go on writing into the next episode), empty the folder
+        and forget the cancellations not reported yet: between episodes."""
         with self._folder:
             self._cancel({}, everything=True)
             self._cancelled = []
+            for path in _files(self.folder):
+                path.unlink(missing_ok=True)
 
     def _stop(self) -> None:
         self._stopped.set()
@@ -200,6 +202,14 @@ class DownloadCap:
             self._ws.close()
         except (websocket.WebSocketException, OSError):
             pass
+
+
+def _files(folder: Path) -> list[Path]:
+    """The folder's files, sorted; none where the folder is gone with its browser."""
+    try:
+        return sorted(folder.iterdir())
+    except FileNotFoundError:
+        return []
 
 
 def _size(path: Path) -> int:

@@ -217,9 +217,7 @@ class WebEnv:
         # over CDP this returns once about:blank is committed, where WebDriver's get() waits on about twice as long
         self.browser.cdp("Page.navigate", url="about:blank")
         self.browser.clear_state(http_cache=self.cfg.clear_http_cache)
-        self.browser.download_cap.cancel_all()  # else it would go on writing into the next episode's folder
-        for path in self.browser.downloads.iterdir():
-            path.unlink(missing_ok=True)
+        self.browser.download_cap.clear()
         self._downloads = {}
         self.proxy.drain()  # what the last episode's page asked for on its way out
         self.episodes_since_instance_reset += 1

@@ -185,14 +185,15 @@ table.cands td.best{background:#e6f6ea;font-weight:600}
 details.more,details.config{margin-top:8px}summary{cursor:pointer;font-weight:600}
 .axis-switch{display:flex;flex-wrap:wrap;gap:4px 14px;align-items:center;margin:0 0 8px}
 .axis-switch .note{flex-basis:100%}
-.acts{position:absolute;left:0;top:0;width:100%;height:100%;pointer-events:none;overflow:visible}
+.acts{position:absolute;left:0;top:0;width:100%;height:100%;pointer-events:none;overflow:visible;
+  filter:drop-shadow(0 0 1.5px #fff)}
 body.hide-acts .acts,body.hide-acts .act-label{display:none}
-.acts .act-box{fill:rgba(10,132,255,.12);stroke:#0a84ff;stroke-width:3;vector-effect:non-scaling-stroke}
-.acts .act-point{fill:rgba(255,214,10,.55);stroke:#0a84ff;stroke-width:3;vector-effect:non-scaling-stroke}
-.acts .act-arrow{stroke:#0a84ff;stroke-width:4;vector-effect:non-scaling-stroke}.acts .act-head{fill:#0a84ff}
-.acts .act-text{fill:#0a3d91;font-weight:700;paint-order:stroke;stroke:#fff;stroke-width:4px;
+.acts .act-box{fill:rgba(255,0,170,.1);stroke:#ff00aa;stroke-width:3;vector-effect:non-scaling-stroke}
+.acts .act-point{fill:#ffe600;stroke:#ff00aa;stroke-width:3;vector-effect:non-scaling-stroke}
+.acts .act-arrow{stroke:#ff00aa;stroke-width:4;vector-effect:non-scaling-stroke}.acts .act-head{fill:#ff00aa}
+.acts .act-text{fill:#a0006c;font-weight:700;paint-order:stroke;stroke:#fff;stroke-width:4px;
   stroke-linejoin:round}
-.act-label{position:absolute;left:4px;top:4px;max-width:calc(100% - 8px);background:rgba(10,132,255,.92);
+.act-label{position:absolute;left:4px;top:4px;max-width:calc(100% - 8px);background:rgba(190,0,128,.92);
   color:#fff;font:600 11px/1.3 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;padding:1px 5px;
   border-radius:4px;overflow:hidden;text-overflow:ellipsis;white-space:nowrap;pointer-events:none}
 .input-note{color:var(--muted);font-size:12px;margin:4px 0}
@@ -330,7 +331,7 @@ JS = r"""
           return p[0].toFixed(1) + ',' + p[1].toFixed(1); }).join(' ')}));
     }
     if (a.point) svg.appendChild(svgEl('circle', {'class': 'act-point', cx: a.point[0], cy: a.point[1],
-                                                  r: Math.max(1.5 * unit, 4)}));
+                                                  r: Math.max(2 * unit, 5)}));
     if (a.text) {
       var size = Math.max(12, Math.round(w / 28)), at;
       if (a.box) at = {x: a.box[0], y: Math.min(a.box[1] + a.box[3] + size, h - 4), 'text-anchor': 'start'};

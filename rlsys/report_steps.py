@@ -69,9 +69,9 @@ def action_overlay(action, elements: list, size: tuple[int, int]) -> dict | None
     element, box = action.get("element"), None
     if is_number(element):
         box = element_box(elements, int(element))
-        if box is None:
+        if box is None and elements:  # an observation without its element list (imported data) says nothing
             overlay["label"] += f" (no element [{element}] on this screen)"
-        else:
+        elif box is not None:
             overlay["box"] = box
             if kind in ("click", "type"):
                 overlay["point"] = click_point(elements[int(element)], box)

@@ -501,6 +501,7 @@ def test_web_and_android_actions_are_drawn(tmp_path, browser):
             ("click [2]", WebAction("click", 2).to_dict(), shop + "2"),
             ("tap", WebAction("tap", point=(0.25, 0.5)).to_dict(), "https://other.example.org/"),
             ("goto", WebAction("goto", url="https://example.org/x").to_dict(), "https://other.example.org/"),
+            ("click [7]", WebAction("click", 7).to_dict(), "https://other.example.org/"),
         ],
         SIZE,
         elements,
@@ -535,6 +536,8 @@ def test_web_and_android_actions_are_drawn(tmp_path, browser):
     assert attributes(steps[3].find_element(By.CSS_SELECTOR, "circle.act-point"), "cx", "cy") == [100, 150]
     assert steps[4].find_elements(By.CSS_SELECTOR, "svg.acts > *") == []
     assert steps[4].find_element(By.CSS_SELECTOR, ".act-label").text == "goto https://example.org/x"
+    assert steps[5].find_elements(By.CSS_SELECTOR, "svg.acts > *") == []
+    assert steps[5].find_element(By.CSS_SELECTOR, ".act-label").text == "click [7] (no element [7] on this screen)"
     # a location like the step before's is shortened; the full one is its tooltip
     where = [s.find_element(By.CSS_SELECTOR, "pre.location") for s in steps]
     assert [w.text for w in where] == [
@@ -542,6 +545,7 @@ def test_web_and_android_actions_are_drawn(tmp_path, browser):
         "same as step 0",
         "…/shoes?page=2",
         "https://other.example.org/",
+        "same as step 3",
         "same as step 3",
     ]
     assert where[2].get_attribute("title") == shop + "2"

@@ -20,7 +20,7 @@ import json
 import os
 import shutil
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -33,6 +33,14 @@ NEARLY_FULL = 1 << 20  # bytes: a write that fails with less space than this lef
 
 class CheckpointError(RuntimeError):
     """A checkpoint file is missing or damaged; the message names it."""
+
+
+class DamagedShard(CheckpointError):
+    """A trajectory shard a checkpoint references is cut short or altered; `path` names it."""
+
+    def __init__(self, path: Path, why: str):
+        super().__init__(f"{path}: damaged ({why})")
+        self.path = path
 
 
 class NoCheckpoint(CheckpointError):
@@ -238,15 +246,15 @@ def _check_references(folder: Path, sizes: dict[str, int], digests: dict[str, st
         if not path.is_file():
             raise CheckpointError(f"{path}: missing (the checkpoint's replay buffer is read back from it)")
         if path.stat().st_size != size:
-            raise CheckpointError(
-                f"{path}: damaged (its size differs from the one recorded when the checkpoint referenced it)"
-            )
-        if name not in digests:
-            _check_file(path, _check_parquet)
-        elif sha256(path) != digests[name]:
-            raise CheckpointError(
-                f"{path}: damaged (its sha256 differs from the one recorded when the checkpoint referenced it)"
-            )
+            raise DamagedShard(path, "its size differs from the one recorded when the checkpoint referenced it")
+        if name in digests:
+            if sha256(path) != digests[name]:
+                raise DamagedShard(path, "its sha256 differs from the one recorded when the checkpoint referenced it")
+            continue
+        try:
+            _check_parquet(path)
+        except (ValueError, OSError) as e:
+            raise DamagedShard(path, f"{type(e).__name__}: {e}") from None
 
 
 def _check_json(path: Path) -> None:
@@ -302,26 +310,55 @@ def _check_file(path: Path, check: Callable[[Path], None]) -> None:
         raise CheckpointError(f"{path}: damaged ({type(e).__name__}: {e})") from None
 
 
-def newest_intact(run_dir: Path) -> tuple[Path | None, list[tuple[Path, str]]]:
-    """The newest checkpoint that passes `verify`, and the newer ones that did not with the reason."""
-    damaged = []
+def _newest_first(run_dir: Path) -> Iterator[tuple[Path, CheckpointError | None]]:
+    """Each complete checkpoint, newest first, with what `verify` found wrong with it, up to the first intact one."""
     for folder in reversed(complete_checkpoints(run_dir)):
         try:
             verify(folder)
         except CheckpointError as e:
-            damaged.append((folder, str(e)))
+            yield folder, e
             continue
-        return folder, damaged
+        yield folder, None
+        return
+
+
+def newest_intact(run_dir: Path) -> tuple[Path | None, list[tuple[Path, str]]]:
+    """The newest checkpoint that passes `verify`, and the newer ones that did not with the reason."""
+    damaged = []
+    for folder, error in _newest_first(run_dir):
+        if error is None:
+            return folder, damaged
+        damaged.append((folder, str(error)))
     return None, damaged
 
 
 def resume_point(run_dir: Path) -> tuple[Path, list[str]]:
     """The checkpoint a resume continues from, the newest intact one, and a line for each newer one passed over
-    that names what is wrong with it. NoCheckpoint when the run holds no complete checkpoint; CheckpointError
-    naming every damaged file when none is intact."""
-    found, damaged = newest_intact(run_dir)
-    if found is None and not damaged:
+    that names what is wrong with it. A damaged shard of the run is renamed to SHARD.damaged, out of its shards,
+    so that the resumed run, which never needs it, does not trip over it when it indexes them. NoCheckpoint when
+    the run holds no complete checkpoint; CheckpointError naming every damaged file when none is intact."""
+    found, passed_over = None, []
+    for folder, error in _newest_first(run_dir):
+        if error is None:
+            found = folder
+            break
+        passed_over.append((folder, f"{error}{_set_aside(error, run_dir)}"))
+    if found is None and not passed_over:
         raise NoCheckpoint(f"{run_dir} holds no complete checkpoint")
     if found is None:
-        raise CheckpointError(f"no intact checkpoint in {run_dir}: " + "; ".join(reason for _, reason in damaged))
-    return found, [f"checkpoint {f.name} is damaged and passed over: {r}; resuming from {found}" for f, r in damaged]
+        raise CheckpointError(f"no intact checkpoint in {run_dir}: " + "; ".join(why for _, why in passed_over))
+    return found, [
+        f"checkpoint {f.name} is damaged and passed over: {why}; resuming from {found}" for f, why in passed_over
+    ]
+
+
+def _set_aside(error: CheckpointError, run_dir: Path) -> str:
+    """Rename a damaged shard of the run (never an offline.data file elsewhere) out of the run's shards."""
+    if not isinstance(error, DamagedShard) or not error.path.resolve().is_relative_to(Path(run_dir).resolve()):
+        return ""
+    aside = error.path.with_name(error.path.name + ".damaged")
+    try:
+        error.path.rename(aside)
+    except OSError:
+        return ""
+    return f", moved to {aside.name}"

@@ -147,7 +147,7 @@ def test_a_lost_or_cut_short_referenced_shard_is_named_and_passed_over(referenci
 
 def test_a_referenced_shard_altered_in_place_is_found_by_its_digest(referencing):
     """One byte flipped, the size unchanged: the sha256 recorded when the checkpoint referenced the shard differs,
-    and the resume falls back to the checkpoint that does not reference it."""
+    and the resume falls back to the checkpoint that does not reference it, setting the shard aside."""
     shard = referencing / "trajectories" / "shard-000002.parquet"
     manifest = json.loads((checkpoint.latest(referencing) / checkpoint.MANIFEST).read_text())
     assert manifest[checkpoint.REFERENCE_DIGESTS]["trajectories/shard-000002.parquet"] == checkpoint.sha256(shard)
@@ -157,6 +157,9 @@ def test_a_referenced_shard_altered_in_place_is_found_by_its_digest(referencing)
     (line,) = lines
     assert line.startswith("checkpoint 000002 is damaged and passed over: ") and str(shard) in line
     assert "sha256 differs" in line and line.endswith(f"resuming from {found}") and "\n" not in line
+    # out of the run's shards, so that the resumed run does not read it when it indexes them
+    assert "referenced it), moved to shard-000002.parquet.damaged; resuming" in line
+    assert not shard.exists() and shard.with_name("shard-000002.parquet.damaged").is_file()
 
 
 def test_manifests_that_record_only_shard_sizes_still_load_and_their_shards_pages_are_checked(referencing):

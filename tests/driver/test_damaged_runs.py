@@ -1,19 +1,28 @@
-"""Runs whose files or stores were damaged: resume falls back to the newest intact checkpoint and skips a torn
-metrics line, saying so; a store actor that dies is named, not blamed on the learner."""
+"""Runs whose files or stores were damaged: resume falls back to the newest intact checkpoint, chosen before Ray
+starts, and skips a torn metrics line, saying so; a store actor that dies is named, not blamed on the learner; a
+disk that fills up while a checkpoint is written ends the run with one line and leaves the previous one intact."""
 
+import json
 import logging
+import os
 import re
 import shutil
+import signal
 import threading
 import time
 
 import pytest
 import ray
+import yaml
 
+import rlsys.train
+from rlsys.config import to_dict
 from rlsys.data import checkpoint
 from rlsys.metrics import read_metrics
 from rlsys.trainer import Trainer
+from tests.data.test_checkpoint import fill_disk, flip_middle_byte, tmpfs, truncate
 from tests.driver.test_fault_tolerance import sim_config
+from tests.driver.test_interrupts import config_file, start, wait_for
 
 SIM = {"step_median_s": 0.05, "step_sigma": 0.0, "success_prob": 0.4}
 
@@ -98,3 +107,72 @@ def test_a_store_that_dies_is_named(ray_session, tmp_path, store):
     assert message.startswith(f"the {store} actor died"), message
     assert "learner-0 died" not in message
     assert "The run stopped at iteration" in message  # and where it can go on from
+
+
+@pytest.fixture(scope="module")
+def two_checkpoints(ray_session, tmp_path_factory):
+    """A finished run with checkpoints 000001 and 000002 and its config.yaml."""
+    cfg = trained(tmp_path_factory.mktemp("two"), iterations=2)
+    (cfg.output_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg)))
+    references = json.loads((cfg.output_dir / "checkpoints" / "000001" / checkpoint.MANIFEST).read_text())["references"]
+    assert list(references) == ["trajectories/shard-000000.parquet"]  # 000002 references shard-000001 as well
+    return cfg.output_dir
+
+
+def cut_weights_and_manifest(run):
+    newest = run / "checkpoints" / "000002"
+    (newest / checkpoint.MANIFEST).unlink()
+    truncate(newest / "policy" / "model.safetensors")
+    return newest / "policy" / "model.safetensors"
+
+
+def alter_a_shard(run):
+    flip_middle_byte(run / "trajectories" / "shard-000001.parquet")  # same size
+    return run / "trajectories" / "shard-000001.parquet"
+
+
+@pytest.mark.parametrize("damage", [alter_a_shard, cut_weights_and_manifest])
+def test_resume_chooses_the_newest_intact_checkpoint_before_ray_starts(two_checkpoints, tmp_path, monkeypatch,
+                                                                       capsys, damage):  # fmt: skip
+    run = tmp_path / "run"
+    shutil.copytree(two_checkpoints, run)
+    damaged = damage(run)
+    chosen = []
+    monkeypatch.setattr(rlsys.train, "train", lambda cfg, run_dir, resume: chosen.append(resume) or 0)
+    assert rlsys.train.main(["--resume", str(run)]) == 0  # what python -m rlsys.train does up to starting Ray
+    assert chosen == [run / "checkpoints" / "000001"]
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if "000002" in line]
+    assert line.startswith("warning: checkpoint 000002 is damaged and passed over: ") and str(damaged) in line
+    assert line.endswith(f"resuming from {chosen[0]}")
+
+    resumed = Trainer(small(tmp_path, run__iterations=2), run, resume=chosen[0])  # and the run goes on from it
+    try:
+        assert resumed.iteration == 1
+        records = resumed.run()
+    finally:
+        resumed.shutdown()
+    assert [r["iteration"] for r in records] == [1, 2]
+    assert checkpoint.newest_intact(run) == (run / "checkpoints" / "000002", [])
+
+
+def test_a_full_disk_while_a_checkpoint_is_written_ends_the_run_with_one_line(tmp_path):
+    with tmpfs(tmp_path / "disk", "16m") as disk:
+        cfg, path = config_file(disk, iterations=3)
+        run_dir = cfg.output_dir
+        proc, log = start(tmp_path, ["--config", str(path)], "full")
+        try:
+            wait_for(lambda: (run_dir / "checkpoints" / "000001").exists(), proc, log)
+            fill_disk(disk, leave=256 * 1024)  # room for the next shard and metrics line, not for a checkpoint
+            assert proc.wait(timeout=300) == 1, log.read_text()
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+        out = log.read_text()
+        assert "Traceback" not in out, out
+        (line,) = [line for line in out.splitlines() if "no space left" in line]
+        root = run_dir / "checkpoints"
+        assert line.startswith(f"run failed: no space left in {root} to write checkpoint 000002 ("), out
+        assert "KiB free): nothing of it was kept, checkpoint 000001 is intact." in line
+        assert line.endswith(f"Continue with: python -m rlsys.train --resume {run_dir}")
+        assert sorted(p.name for p in root.iterdir()) == ["000001"]  # no .tmp-000002-*
+        assert checkpoint.newest_intact(run_dir) == (root / "000001", [])

@@ -1,5 +1,6 @@
 """Ctrl-C and SIGTERM sent to a real `python -m rlsys.train`: the first keeps the finished episodes, stops cleanly
-and says how to resume; a second exits at once."""
+and says how to resume; a second exits at once. A run stopped before its first checkpoint is not resumed beside
+the stopped session's files: it starts over, its files moved aside, only when asked (--restart)."""
 
 import os
 import signal
@@ -29,9 +30,9 @@ def start(tmp_path, args, name):
     return proc, tmp_path / f"{name}.log"
 
 
-def config_file(tmp_path, iterations):
+def config_file(tmp_path, iterations, **overrides):
     cfg = sim_config(tmp_path, step_s=0.25, max_steps=3, runners__num=2, env__sim=SIM, run__iterations=iterations,
-                     run__rollout_size=16)  # fmt: skip
+                     run__rollout_size=16, **overrides)  # fmt: skip
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(to_dict(cfg)))
     return cfg, path
@@ -86,3 +87,30 @@ def test_sigterm_stops_and_a_second_one_exits_at_once(tmp_path):
     assert time.monotonic() - sent < 5
     out = log.read_text()
     assert "Traceback" not in out and "exiting now" in out, out
+
+
+def test_a_run_stopped_before_its_first_checkpoint_starts_over_only_when_asked(tmp_path):
+    cfg, path = config_file(tmp_path, iterations=50, run__checkpoint_every=100)
+    run_dir = cfg.output_dir
+    proc, log = start(tmp_path, ["--config", str(path)], "first")
+    wait_for(lambda: read_metrics(run_dir), proc, log)
+    os.killpg(proc.pid, signal.SIGINT)
+    assert proc.wait(timeout=120) == 130, log.read_text()
+    assert f"start it over with: python -m rlsys.train --resume {run_dir} --restart" in log.read_text()
+    stopped = {p.relative_to(run_dir): p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+
+    proc, log = start(tmp_path, ["--resume", str(run_dir)], "resumed")
+    try:
+        assert proc.wait(timeout=120) == 2, log.read_text()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert f"config error: --resume {run_dir}: no complete checkpoint there" in log.read_text()
+    assert {p.relative_to(run_dir): p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == stopped
+
+    proc, log = start(tmp_path, ["--resume", str(run_dir), "--restart", "run.iterations=2"], "restarted")
+    assert proc.wait(timeout=400) == 0, log.read_text()
+    assert [r["iteration"] for r in read_metrics(run_dir)] == [1, 2]
+    assert sorted(shard_iterations(run_dir)) == [1] * 16 + [2] * 16  # none of the stopped session's episodes
+    (aside,) = run_dir.parent.glob(f"{run_dir.name}.old-*")
+    assert {p.relative_to(aside): p.read_bytes() for p in aside.rglob("*") if p.is_file()} == stopped

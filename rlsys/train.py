@@ -151,15 +151,13 @@ def main(argv=None) -> int:
         if args.resume:
             cfg.run.output_dir = args.resume
         check_no_dangling_link(cfg.output_dir)  # a new run's folder, or a remote run's local one
-        resuming, earlier_run = args.resume and not args.restart, False
+        resuming, earlier_run = bool(args.resume) and not args.restart, False
         if resuming:  # the run's config.yaml stays as it is; keys the checkpoints depend on may not change
             changed = resume_changes(saved_config(saved_dir), stored_dict(raw, cfg))
         elif is_remote_uri(cfg.run.output_dir):
             if args.restart:
-                where = cfg.run.output_dir
-                raise ConfigError(
-                    f"--restart moves a local run folder aside; for {where} choose another run.output_dir"
-                )
+                raise ConfigError(f"--restart moves a local run folder aside: for {cfg.run.output_dir}, choose "
+                                  "another run.output_dir instead")  # fmt: skip
             check_new_remote_run(cfg.run.output_dir)
             check_new_scratch_dir(cfg)
         else:
@@ -171,8 +169,9 @@ def main(argv=None) -> int:
                 f"policy.kind {cfg.policy.kind!r} has no weights to train; evaluate it with: "
                 + shlex.join(evaluate + args.overrides)
             )
-        # verified once, here: the trainer loads this checkpoint; a remote run's is chosen once it is pulled
-        resume = (True if is_remote_uri(args.resume) else resume_point(cfg.output_dir)) if resuming else False
+        resume = False
+        if resuming:  # chosen and verified once, here, and loaded as it is; a remote run's once it is pulled
+            resume = True if is_remote_uri(args.resume) else resume_point(cfg.output_dir)
     except ConfigError as e:
         print(f"config error: {e}", file=sys.stderr)
         return 2

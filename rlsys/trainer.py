@@ -68,7 +68,7 @@ class Trainer:
         try:  # a checkpoint that does not load (or Ctrl-C meanwhile) leaves no actor behind
             found = self._resume_point() if resume is True else resume
             if found:
-                self._restore(Path(found))
+                self._restore(Path(found).absolute())  # actors, whose working directory is not ours, read it
             elif cfg.run.training != "online":
                 self._load_offline_data()
             self.learners.publish()

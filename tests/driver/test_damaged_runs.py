@@ -10,6 +10,7 @@ import shutil
 import signal
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import ray
@@ -139,11 +140,12 @@ def test_resume_chooses_the_newest_intact_checkpoint_before_ray_starts(two_check
     damaged = damage(run)
     chosen = []
     monkeypatch.setattr(rlsys.train, "train", lambda cfg, run_dir, resume: chosen.append(resume) or 0)
-    assert rlsys.train.main(["--resume", str(run)]) == 0  # what python -m rlsys.train does up to starting Ray
-    assert chosen == [run / "checkpoints" / "000001"]
+    monkeypatch.chdir(tmp_path)  # --resume run: a path relative to here, which Ray's workers do not share
+    assert rlsys.train.main(["--resume", "run"]) == 0  # what python -m rlsys.train does up to starting Ray
+    assert chosen == [Path("run") / "checkpoints" / "000001"]
     (line,) = [line for line in capsys.readouterr().err.splitlines() if "000002" in line]
-    assert line.startswith("warning: checkpoint 000002 is damaged and passed over: ") and str(damaged) in line
-    assert line.endswith(f"resuming from {chosen[0]}")
+    assert line.startswith("warning: checkpoint 000002 is damaged and passed over: ")
+    assert str(damaged.relative_to(tmp_path)) in line and line.endswith(f"resuming from {chosen[0]}")
 
     resumed = Trainer(small(tmp_path, run__iterations=2), run, resume=chosen[0])  # and the run goes on from it
     try:

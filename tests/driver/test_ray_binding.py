@@ -6,9 +6,12 @@ worker's server exists too, and lists the listening TCP sockets of every process
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import textwrap
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -73,3 +76,54 @@ def test_local_ray_listens_on_loopback_only(dashboard):
 def test_dashboard_refuses_a_job_without_the_token():
     """Ray's token auth stays on for local runs: a job posted without the token is refused."""
     assert _start_and_probe(dashboard=True)["job_post_status"] == 401
+
+
+DASHBOARD_CHILD = textwrap.dedent(
+    """
+    import json, sys
+    import ray
+    from rlsys.config import load_config
+    from rlsys.ray_init import init_ray
+
+    cfg = load_config(None, data={"ray": {"dashboard": True, "dashboard_port": int(sys.argv[1]), "num_cpus": 1}})
+    _, dashboard = init_ray(cfg)
+    print("DASHBOARD " + json.dumps(dashboard))
+    sys.stdout.flush()
+    input()  # the dashboard stays up until the test has looked at it
+    ray.shutdown()
+    """
+)
+
+
+@pytest.mark.parametrize("configured", [8265, None], ids=["default", "another"])
+def test_a_run_starts_while_another_process_holds_the_dashboard_port(configured):
+    """Another run's dashboard (or anything else) on the port: this run's dashboard takes another free one, and
+    says which, instead of Ray refusing to start."""
+    held = socket.socket()
+    try:
+        held.bind(("127.0.0.1", configured or 0))
+        held.listen()
+    except OSError:  # 8265 already held by something else on this machine: the case itself
+        pass
+    port = configured or held.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if k != ONE_MACHINE}
+    child = subprocess.Popen([sys.executable, "-c", DASHBOARD_CHILD, str(port)], env=env, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        line = child.stdout.readline()
+        while line and not line.startswith("DASHBOARD "):
+            line = child.stdout.readline()
+        assert line, child.communicate(timeout=60)[1][-3000:]
+        dashboard = json.loads(line.removeprefix("DASHBOARD "))
+        assert dashboard.startswith("127.0.0.1:") and dashboard != f"127.0.0.1:{port}"
+        try:  # the dashboard answers there (Ray's token auth may refuse the request itself)
+            urllib.request.urlopen(f"http://{dashboard}/api/version", timeout=30)
+        except urllib.error.HTTPError:
+            pass
+        child.stdin.write("\n")
+        child.stdin.flush()
+        assert child.wait(timeout=120) == 0
+        assert f"ray.dashboard_port {port} is taken on 127.0.0.1" in child.stderr.read()
+    finally:
+        child.kill()
+        held.close()

@@ -33,6 +33,7 @@ from rlsys.envs.settings import check_env_settings
 from rlsys.envs.tasks import check_tasks
 from rlsys.policies import TORCH_FREE_KINDS as WEIGHTLESS_KINDS
 from rlsys.policies import policy_class
+from rlsys.ray_init import check_cluster
 
 
 def main(argv=None) -> int:
@@ -68,6 +69,7 @@ def run(args, scratch: Path) -> int:
         check_setup(cfg.evaluator)
         check_local_setup(cfg)
         check_paths(cfg, offline_data=False)
+        check_cluster(cfg)
         if args.checkpoint:
             checkpoint = fetched(args.checkpoint, scratch) if is_remote_uri(args.checkpoint) else Path(args.checkpoint)
             cfg.policy = replace(cfg.policy, path=str(policy_folder(checkpoint, args.checkpoint, cfg.policy.kind)))
@@ -226,7 +228,9 @@ def evaluate(cfg, out: Path) -> tuple[dict, list[str]]:
     from rlsys.metrics import summarize_eval
     from rlsys.ray_init import init_ray
 
-    started_ray, _ = init_ray(cfg)
+    started_ray, dashboard = init_ray(cfg)
+    if dashboard:
+        print(f"Ray dashboard: http://{dashboard}", flush=True)
     store = ray.remote(WeightStore).options(num_cpus=0).remote()
     ray.get(store.publish.remote(0, weights(cfg)), timeout=600)
     pool = RunnerPool(cfg, store, seed=cfg.run.seed)

@@ -28,6 +28,7 @@ from rlsys.envs.android.emulator import check_local_setup
 from rlsys.envs.evaluators import check_setup
 from rlsys.envs.settings import check_env_settings
 from rlsys.envs.tasks import check_tasks
+from rlsys.ray_init import check_cluster
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -148,6 +149,7 @@ def main(argv=None) -> int:
         check_setup(cfg.evaluator)
         check_local_setup(cfg)
         check_paths(cfg)
+        check_cluster(cfg)  # a cluster named by address answers and lets this process in
         if args.resume:
             cfg.run.output_dir = args.resume
         check_no_dangling_link(cfg.output_dir)  # a new run's folder, or a remote run's local one

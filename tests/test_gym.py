@@ -1,14 +1,18 @@
 """rlsys's envs through Gymnasium's API: gym.make, reset with a seed or a named task, text actions, dict
-observations inside the declared space, terminated against truncated; MiniWoB++ and a web page in real headless
-Chromium, Android through a real adb server to the fake device."""
+observations inside the declared space, terminated against truncated, Gymnasium's own checker, an id per MiniWoB++
+task, the valid actions in `info`; MiniWoB++ and a web page in real headless Chromium, Android through a real adb
+server to the fake device."""
 
 import warnings
 
 import gymnasium as gym
 import numpy as np
 import pytest
+from gymnasium.utils.env_checker import check_env
 
 import rlsys.gym  # noqa: F401  (registers the envs)
+from rlsys.envs.android.actions import parse_action
+from rlsys.envs.web.miniwob import available_tasks
 from rlsys.gym import RlsysEnv
 from tests.conftest import make_config
 
@@ -36,6 +40,49 @@ def test_a_miniwob_task_is_played_through_gymnasium(tmp_path):
         assert (reward, terminated, truncated) == (1.0, True, False)
         assert info["outcome"] == "success"
         assert env.render().shape == (420, 320, 3)
+    finally:
+        env.close()
+
+
+def test_gymnasiums_checker_passes(tmp_path):
+    """Its spaces, a seeded reset then unseeded ones repeating, the same step for the same seed and action, data
+    not reused, render, close twice: warnings are failures too."""
+    env = gym.make("rlsys/MiniWoB-v0", env=browsers(tmp_path), tasks=["click-button"])  # a page drawn by its seed
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            check_env(env.unwrapped)
+    finally:
+        env.close()
+
+
+def test_unseeded_resets_after_a_seeded_one_repeat(tmp_path):
+    """Each unseeded reset draws the page's seed from the env's generator: two fresh envs agree."""
+    played = []
+    for _ in range(2):
+        env = gym.make("rlsys/MiniWoB-v0", env=browsers(tmp_path), tasks=["click-button", "click-link"])
+        try:
+            played.append([env.reset(seed=5)[0]["instruction"]] + [env.reset()[0]["instruction"] for _ in range(3)])
+        finally:
+            env.close()
+    assert played[0] == played[1]
+
+
+def test_an_id_per_task_and_the_valid_actions_in_info(tmp_path):
+    assert {f"rlsys/MiniWoB-{task}-v0" for task in available_tasks()} <= set(gym.registry)
+    env = gym.make("rlsys/MiniWoB-click-button-v0", env=browsers(tmp_path))
+    try:
+        assert len(repr(env.action_space)) < 200 and len(repr(env.observation_space)) < 1000  # printable
+        obs, info = env.reset()
+        assert info["task"] == "click-button"
+        valid = info["valid_actions"]
+        elements = info["elements"]
+        typed = [f"type [{i}] text" for i, e in enumerate(elements) if e.get("editable")]
+        assert valid == [f"click [{i}]" for i in range(len(elements))] + typed
+        assert all(env.action_space.contains(text) for text in valid)
+        target = valid[element_index(info, obs["instruction"].split('"')[1])]
+        _, reward, terminated, _, info = env.step(target)
+        assert (reward, terminated, info["parse_error"]) == (1.0, True, None)
     finally:
         env.close()
 
@@ -75,6 +122,8 @@ def test_an_android_device_by_serial(fake_phone, adb_server):
     try:
         obs, info = env.reset(options={"task": "Open the settings"})
         assert obs["instruction"] == "Open the settings"
+        kinds = {parse_action(text, "autoui", env.unwrapped._env.screen_size).kind for text in info["valid_actions"]}
+        assert kinds == {"tap", "swipe", "type", "home", "back", "enter", "complete", "impossible"}
         assert obs["screenshot"].shape == env.observation_space["screenshot"].shape == (1140, 540, 3)
         device.events.clear()
         env.step(

@@ -87,6 +87,26 @@ class AndroidAction:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items() if v not in (None, "")}
 
 
+# What `examples` offers: one action of each kind (every swipe), at the centre of the screen where there is a point.
+_EXAMPLES = (
+    AndroidAction("tap", point=(0.5, 0.5)),
+    *(AndroidAction("swipe", point=start, end=end) for start, end in SWIPES.values()),
+    AndroidAction("type", text="text"),
+    *(AndroidAction(kind) for kind in ("home", "back", "enter", "complete", "impossible")),
+)
+
+
+def examples(fmt: str, screen_size: tuple[int, int] = SCREEN) -> list[str]:
+    """Texts in `fmt` of actions the env carries out: one of each kind the format can write."""
+    texts = []
+    for action in _EXAMPLES:
+        try:
+            texts.append(render_action(action, fmt, screen_size))
+        except ValueError:  # a kind the format has no form for
+            continue
+    return texts
+
+
 def parse_action(text: str, fmt: str, screen_size: tuple[int, int] = SCREEN) -> AndroidAction:
     """`screen_size` (width, height) only decides whether an AutoUI DUAL_POINT is a tap or a swipe."""
     _check_format(fmt)

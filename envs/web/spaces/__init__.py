@@ -65,6 +65,40 @@ def _unset(value) -> bool:
     return value is None or value is False or (isinstance(value, str) and not value)
 
 
+# What `examples` offers besides the elements: one action of each element-free kind a space may write.
+_ELEMENT_FREE = (
+    WebAction("scroll", direction="down"),
+    WebAction("wait"),
+    WebAction("back"),
+    WebAction("google"),
+    WebAction("home"),
+    WebAction("key", text="Enter"),
+    WebAction("tap", point=(0.5, 0.5)),
+    WebAction("swipe", point=(0.5, 0.8), end=(0.5, 0.2)),
+    WebAction("type", text="text"),  # into the focused element
+    WebAction("answer", text="done"),
+    WebAction("answer"),
+    WebAction("impossible"),
+)
+
+
+def examples(space: ModuleType, elements: list[dict]) -> list[str]:
+    """Texts in `space` of actions the env carries out on a page with these elements: a click on each element,
+    text typed into each editable one, and one of each element-free kind the space can write."""
+    actions = [WebAction("click", i) for i in range(len(elements))]
+    for i in (i for i, e in enumerate(elements) if e.get("editable")):  # a space types with Enter after, or not
+        actions += [WebAction("type", i, text="text"), WebAction("type", i, text="text", submit=True)]
+    texts = []
+    for action in (*actions, *_ELEMENT_FREE):
+        try:
+            text = space.render(action)
+            space.parse(text, len(elements))
+        except ValueError:  # a kind the space has no form for (ParseError is a ValueError too)
+            continue
+        texts.append(text)
+    return texts
+
+
 def get(name: str) -> ModuleType:
     if name not in SPACES:
         raise ValueError(f"unknown action space {name!r}; expected one of {SPACES}")

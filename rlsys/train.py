@@ -8,6 +8,7 @@ import shlex
 import shutil
 import sys
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlsys import __version__
@@ -133,15 +134,35 @@ def resume_target(cfg: Config, run_dir: Path):
     return cfg.run.output_dir if is_remote_uri(cfg.run.output_dir) else run_dir
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    if args.print_config:
-        return print_config(args.print_config, args.overrides)
+@dataclass
+class PreparedRun:
+    """A run that passed every check before Ray: its config, its local folder and what to resume from."""
+
+    cfg: Config
+    raw: dict  # the merged config before `${env:…}` resolution: what config.yaml stores
+    run_dir: Path
+    resume: Path | bool  # the checkpoint to continue from, True for a remote run's (chosen once pulled), or False
+    changed: list[str] = field(default_factory=list)  # keys a resume changes for this session
+    earlier_run: bool = False  # a run to move aside first (--restart)
+
+
+def prepare(
+    config: str | os.PathLike | dict | None, overrides: list[str] = (), resume: str | None = None, restart=False
+) -> PreparedRun:
+    """Every check a run passes before Ray starts and before anything is written: a ConfigError or a
+    CheckpointError names what is wrong. `config`: a YAML file, a packaged config's name, or the mapping such a
+    file holds; None with `resume` reads the run's own config.yaml."""
     saved_dir = None
-    try:  # every config problem is reported before Ray starts, and before anything is written
-        saved_dir = resumed_config_folder(args.resume) if args.resume else None
-        config_path = args.config or os.path.join(saved_dir, "config.yaml")
-        raw = unresolved_dict(config_path, args.overrides)
+    try:
+        saved_dir = resumed_config_folder(resume) if resume else None
+        if config is None and saved_dir is None:
+            raise ConfigError("a config is required (or a run folder to resume)")
+        source = os.path.join(saved_dir, "config.yaml") if config is None else config
+        raw = (
+            unresolved_dict(None, overrides, data=source)
+            if isinstance(source, dict)
+            else unresolved_dict(source, overrides)
+        )
         cfg = build(Config, raw)
         check_extras(cfg)
         check_tasks(cfg.tasks, cfg.env.kind)
@@ -150,57 +171,74 @@ def main(argv=None) -> int:
         check_local_setup(cfg)
         check_paths(cfg)
         check_cluster(cfg)  # a cluster named by address answers and lets this process in
-        if args.resume:
-            cfg.run.output_dir = args.resume
+        if resume:
+            cfg.run.output_dir = resume
         check_no_dangling_link(cfg.output_dir)  # a new run's folder, or a remote run's local one
-        resuming, earlier_run = bool(args.resume) and not args.restart, False
+        run = PreparedRun(cfg, raw, cfg.output_dir, resume=False)
+        resuming = bool(resume) and not restart
         if resuming:  # the run's config.yaml stays as it is; keys the checkpoints depend on may not change
-            changed = resume_changes(saved_config(saved_dir), stored_dict(raw, cfg))
+            run.changed = resume_changes(saved_config(saved_dir), stored_dict(raw, cfg))
         elif is_remote_uri(cfg.run.output_dir):
-            if args.restart:
+            if restart:
                 raise ConfigError(f"--restart moves a local run folder aside: for {cfg.run.output_dir}, choose "
                                   "another run.output_dir instead")  # fmt: skip
             check_new_remote_run(cfg.run.output_dir)
             check_new_scratch_dir(cfg)
         else:
-            earlier_run = check_new_run_dir(cfg.output_dir, restart=args.restart)
+            run.earlier_run = check_new_run_dir(cfg.output_dir, restart=restart)
         if cfg.policy.kind in ("api", "random"):  # after the resume checks: a resume may not change policy.kind
             out = str(resume_target(cfg, cfg.output_dir))
-            evaluate = ["python", "-m", "rlsys.eval", "--config", config_path, "--out", out]
+            shown_config = source if isinstance(source, (str, os.PathLike)) else "CONFIG"
+            evaluate = ["python", "-m", "rlsys.eval", "--config", str(shown_config), "--out", out]
             raise ConfigError(
                 f"policy.kind {cfg.policy.kind!r} has no weights to train; evaluate it with: "
-                + shlex.join(evaluate + args.overrides)
+                + shlex.join(evaluate + list(overrides))
             )
-        resume = False
         if resuming:  # chosen and verified once, here, and loaded as it is; a remote run's once it is pulled
-            resume = True if is_remote_uri(args.resume) else resume_point(cfg.output_dir)
+            run.resume = True if is_remote_uri(resume) else resume_point(cfg.output_dir)
+        return run
+    finally:
+        if saved_dir is not None and is_remote_uri(resume):  # a temporary copy of the run's config.yaml
+            shutil.rmtree(saved_dir, ignore_errors=True)
+
+
+def open_run_folder(run: PreparedRun) -> Config:
+    """Make the run's folder ready (an earlier run moved aside, config.yaml written for a new run) and return the
+    config Ray's workers get: config.yaml keeps the paths as written (the run folder can move), the workers, whose
+    working directory is not this one, get them absolute."""
+    run_dir = run.run_dir
+    if run.resume:
+        if run.changed:
+            print(f"resuming with {', '.join(run.changed)} as given (this session only; config.yaml unchanged)",
+                  flush=True)  # fmt: skip
+    else:
+        if run.earlier_run:
+            print(f"--restart: the earlier run in {run_dir} was moved to {move_aside(run_dir)}", flush=True)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        save_config(run.raw, run.cfg, run_dir / "config.yaml")
+    return with_absolute_paths(run.cfg)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.print_config:
+        return print_config(args.print_config, args.overrides)
+    try:
+        run = prepare(args.config, args.overrides, args.resume, args.restart)
     except ConfigError as e:
         print(f"config error: {e}", file=sys.stderr)
         return 2
     except checkpoint.CheckpointError as e:
         print(f"cannot resume: {e}", file=sys.stderr)
         return 1
-    finally:
-        if saved_dir is not None and is_remote_uri(args.resume):  # a temporary copy of the run's config.yaml
-            shutil.rmtree(saved_dir, ignore_errors=True)
     for key in literal_secrets(args.overrides):
         print(
             f"warning: {key} is a literal on the command line; it is redacted from everything stored, "
             "but use ${env:NAME} to keep it out of process listings",
             file=sys.stderr,
         )
-    run_dir = cfg.output_dir
-    if resuming:
-        if changed:
-            print(f"resuming with {', '.join(changed)} as given (this session only; config.yaml unchanged)", flush=True)
-    else:
-        if earlier_run:
-            print(f"--restart: the earlier run in {run_dir} was moved to {move_aside(run_dir)}", flush=True)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        save_config(raw, cfg, run_dir / "config.yaml")
-    # config.yaml keeps the paths as written (the run folder can move); Ray's workers, whose working directory is
-    # not this one, get them absolute
-    return train(with_absolute_paths(cfg), Path(os.path.abspath(run_dir)), resume=resume)
+    cfg = open_run_folder(run)
+    return train(cfg, Path(os.path.abspath(run.run_dir)), resume=run.resume)
 
 
 def train(cfg: Config, run_dir, resume: Path | bool) -> int:

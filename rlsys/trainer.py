@@ -21,6 +21,7 @@ import logging
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import ray
@@ -48,11 +49,13 @@ log = logging.getLogger(__name__)
 
 
 class Trainer:
-    def __init__(self, cfg: Config, run_dir: Path, resume: Path | bool = False):
+    def __init__(
+        self, cfg: Config, run_dir: Path, resume: Path | bool = False, on_record: Callable[[dict], None] | None = None
+    ):
         """`resume`: the checkpoint folder to continue from, verified already (`python -m rlsys.train --resume`
         chooses it before Ray starts), or True for the run's newest intact checkpoint, chosen here (a remote run's
-        once it is pulled)."""
-        self.cfg, self.run_dir = cfg, Path(run_dir)
+        once it is pulled). `on_record` is given each metrics record once it is written (`rlsys.api.train`)."""
+        self.cfg, self.run_dir, self.on_record = cfg, Path(run_dir), on_record
         self.mirror = self._start_mirror(bool(resume))
         record_session(self.run_dir, resumed=bool(resume))  # run_info.json: what produced this session
         self.iteration = 0
@@ -183,6 +186,8 @@ class Trainer:
         logger.log(record, advance, episodes=self.collector.last_eval if evaluated else None)
         if evaluated:
             self._write_report()
+        if self.on_record is not None:
+            self.on_record(dict(record))
 
     def _write_report(self) -> Path | None:
         """The run report, when `metrics.report` is on; a report that cannot be written costs a warning,

@@ -3,6 +3,7 @@ validation, and the redacted copy written to the run folder."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import math
@@ -82,8 +83,8 @@ def deep_merge(base: dict, over: dict) -> dict:
 
 
 def apply_overrides(data: dict, overrides: list[str]) -> dict:
-    """Apply `a.b.c=value` overrides; values are parsed as YAML (`1e-5`, `[1, 2]`, `null`)."""
-    data = deep_merge({}, data)
+    """Apply `a.b.c=value` overrides to a copy of `data`; values are parsed as YAML (`1e-5`, `[1, 2]`, `null`)."""
+    data = copy.deepcopy(data)  # the caller's mapping (rlsys.api.train's config) stays as it was
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"override {item!r} must look like key.path=value")

@@ -1,5 +1,8 @@
 """Run metrics: one JSON object per iteration in metrics.jsonl, optional wandb, a progress bar.
 
+Each record carries `time/run_s`, the run's wall clock: seconds since it started, evaluations and checkpoints
+included, the time a stopped run waited for `--resume` left out (a resumed session goes on from the last record).
+
 With wandb on, an evaluation also logs a table of its episodes (task, outcome, steps, actions, the
 last screen), so the curves come with the episodes behind them. The wandb run id is kept in the run
 folder (run_info.json), so `--resume` goes on logging to the same wandb run.
@@ -10,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import time
 from pathlib import Path
 
 import yaml
@@ -22,11 +26,29 @@ from rlsys.run_info import keep_wandb_run_id, wandb_run_id
 log = logging.getLogger(__name__)
 
 
+RUN_CLOCK = "time/run_s"
+
+
+def last_run_seconds(path: Path) -> float:
+    """The run clock of the last record in metrics.jsonl (0 for a new run, or records written before it existed)."""
+    if not path.is_file():
+        return 0.0
+    for line in reversed(path.read_text(errors="replace").splitlines()):
+        try:
+            value = json.loads(line).get(RUN_CLOCK)
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(value, (int, float)) and math.isfinite(value):
+            return float(value)
+    return 0.0
+
+
 class MetricsLogger:
     def __init__(self, cfg: Config, run_dir: Path, config_for_logging: dict, total: int, start: int = 0):
         """wandb gets the run folder's config.yaml, as stored (`${env:…}` references kept, secrets redacted);
         `config_for_logging`, redacted again, only where the folder has none (a Trainer built in code)."""
         self.path = Path(run_dir) / "metrics.jsonl"
+        self._clock_zero = time.monotonic() - last_run_seconds(self.path)
         self._file = self.path.open("a")
         self._bar = tqdm(total=total, initial=start, desc=cfg.run.name, unit="it", disable=not cfg.metrics.progress)
         self._wandb = None
@@ -45,8 +67,10 @@ class MetricsLogger:
             )
             keep_wandb_run_id(run_dir, self._wandb.id)
 
-    def log(self, record: dict, advance: bool = True, episodes: list | None = None) -> None:
-        """One iteration's record; `episodes`, the evaluation episodes behind it, go to wandb as a table."""
+    def log(self, record: dict, advance: bool = True, episodes: list | None = None) -> dict:
+        """One iteration's record; `episodes`, the evaluation episodes behind it, go to wandb as a table. Returns
+        the record as written."""
+        record = record | {RUN_CLOCK: round(time.monotonic() - self._clock_zero, 3)}
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
         self._file.write(json.dumps(clean) + "\n")
         self._file.flush()
@@ -63,6 +87,7 @@ class MetricsLogger:
             if k in ("train/success_rate", "eval/success_rate", "actor/loss")
         }
         self._bar.set_postfix({k: round(v, 3) for k, v in shown.items() if v is not None})
+        return clean
 
     def write(self, text: str) -> None:
         self._bar.write(text)

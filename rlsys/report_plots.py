@@ -14,9 +14,10 @@ MAIN_COLOR = "#111111"
 MAX_PLOT_POINTS = 800  # a longer series keeps each bucket's min and max
 MARKER_LIMIT = 60  # points per series up to which each point gets a marker with a tooltip
 RATES = ("eval/success_rate", "train/success_rate")  # and their per-task keys, RATE/TASK
+RUN_CLOCK = "time/run_s"  # the run's wall clock (rlsys.metrics); runs recorded before it have none
 TIME_NOTE = (
-    "metrics.jsonl records no clock: time is the sum of time/iteration_s, the time spent collecting and "
-    "updating (evaluations and checkpoints left out)"
+    "a run recorded without time/run_s has no clock: its time is the sum of time/iteration_s, the time spent "
+    "collecting and updating (evaluations and checkpoints left out)"
 )
 
 
@@ -30,12 +31,14 @@ class Axes:
     captions: dict[str, str]  # axis -> the caption under it
     at: dict[str, str]  # axis -> a point's place in a tooltip, with {} for the number
     runs: list[dict[str, list[float]]]  # per run: axis -> the x of each of its records
+    time_note: str = ""  # what the time axis counts, where it is not every run's wall clock
 
 
 def record_xs(records: list[dict]) -> dict[str, list[float]]:
     """Each record's x on every axis its metrics give: its iteration; the env steps collected so far (the
     trainer's running count `env_steps`, or where a record lacks it, the count before it plus that iteration's
-    `time/env_steps_per_s` x `time/iteration_s`); the seconds spent so far (the sum of `time/iteration_s`).
+    `time/env_steps_per_s` x `time/iteration_s`); the run's wall clock `time/run_s`, or for runs recorded before it,
+    the seconds spent so far (the sum of `time/iteration_s`).
     A record that adds nothing (an evaluation before training) sits where the one before it ended."""
     xs = {"iteration": [float(r["iteration"]) for r in records]}
     steps = seconds = 0.0
@@ -45,7 +48,9 @@ def record_xs(records: list[dict]) -> dict[str, list[float]]:
             steps, counted = float(r["env_steps"]), True
         elif is_number(r.get("time/env_steps_per_s")) and is_number(r.get("time/iteration_s")):
             steps, counted = steps + round(r["time/env_steps_per_s"] * r["time/iteration_s"]), True
-        if is_number(r.get("time/iteration_s")):
+        if is_number(r.get(RUN_CLOCK)):
+            seconds, timed = float(r[RUN_CLOCK]), True
+        elif is_number(r.get("time/iteration_s")):
             seconds, timed = seconds + r["time/iteration_s"], True
         steps_at.append(steps)
         seconds_at.append(seconds)
@@ -67,9 +72,11 @@ def axes_of(runs_records: list[list[dict]]) -> Axes:
     captions, at = {"iteration": "iteration"}, {"iteration": "iteration {}"}
     if any("env_steps" in xs for xs in runs):
         captions["env_steps"], at["env_steps"] = "env steps (training)", "{} env steps"
+    clockless = any(records and not any(is_number(r.get(RUN_CLOCK)) for r in records) for records in runs_records)
     if any("time" in xs for xs in runs):
-        captions["time"], at["time"] = f"time collecting and updating ({unit})", "{} " + unit
-    return Axes(captions, at, runs)
+        what = "time collecting and updating" if clockless else "wall-clock time"
+        captions["time"], at["time"] = f"{what} ({unit})", "{} " + unit
+    return Axes(captions, at, runs, TIME_NOTE if clockless and "time" in captions else "")
 
 
 # ---------------------------------------------------------------------------------------------- plots
@@ -236,7 +243,7 @@ def axis_switch(axes: Axes) -> str:
         f"{esc(caption)}</label>"
         for k, (axis, caption) in enumerate(axes.captions.items())
     )
-    note = f'<span class="note">{esc(TIME_NOTE)}</span>' if "time" in axes.captions else ""
+    note = f'<span class="note">{esc(axes.time_note)}</span>' if axes.time_note else ""
     return f'<div class="axis-switch">x axis: {buttons}{note}</div>'
 
 

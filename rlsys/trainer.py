@@ -183,11 +183,11 @@ class Trainer:
         """The record to metrics.jsonl (and wandb, with the episodes of an evaluation); after an
         evaluation, the run report too."""
         evaluated = "eval/episodes" in record
-        logger.log(record, advance, episodes=self.collector.last_eval if evaluated else None)
+        written = logger.log(record, advance, episodes=self.collector.last_eval if evaluated else None)
         if evaluated:
             self._write_report()
         if self.on_record is not None:
-            self.on_record(dict(record))
+            self.on_record(written)
 
     def _write_report(self) -> Path | None:
         """The run report, when `metrics.report` is on; a report that cannot be written costs a warning,

@@ -36,6 +36,7 @@ def test_train_from_python_returns_the_records_it_wrote(ray_session, tmp_path):
     assert [r["iteration"] for r in seen] == [1, 2]  # each record as it was written, in order
     assert [r["iteration"] for r in on_disk] == [1, 2]
     assert seen[-1]["eval/episodes"] == 2 and result.final["eval/episodes"] == 2
+    assert 0 < seen[0]["time/run_s"] < seen[1]["time/run_s"]  # the run's wall clock
     assert yaml.safe_load((result.run_dir / "config.yaml").read_text())["run"]["eval_every"] == 2
     import ray
 

@@ -76,3 +76,35 @@ def test_an_evaluation_logs_its_episodes_to_wandb_as_a_table_with_images(tmp_pat
         lambda: set(re.findall(rb"media/images/[0-9a-f]+\.png", wandb_record(run_dir))), lambda found: len(found) >= 2
     )
     assert len(images) == 2
+
+
+def test_every_record_carries_the_run_clock_which_a_resumed_session_continues(tmp_path):
+    cfg = make_config(tmp_path)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    first = MetricsLogger(cfg, run_dir, {}, total=2)
+    first.log({"iteration": 1})
+    time.sleep(0.2)
+    first.log({"iteration": 2})
+    first.close()
+    clocks = [r["time/run_s"] for r in read_metrics(run_dir)]
+    assert 0 <= clocks[0] and clocks[1] - clocks[0] >= 0.2
+    time.sleep(0.5)  # the run stopped: this wait is not the run's time
+    resumed = MetricsLogger(cfg, run_dir, {}, total=3, start=2)
+    resumed.log({"iteration": 3})
+    resumed.close()
+    third = read_metrics(run_dir)[-1]["time/run_s"]
+    assert clocks[1] <= third < clocks[1] + 0.4
+
+
+def test_the_time_axis_is_the_run_clock_where_the_metrics_record_it():
+    from rlsys.report_plots import TIME_NOTE, axes_of
+
+    clocked = [{"iteration": 0, "time/run_s": 5.0}, {"iteration": 1, "time/iteration_s": 2.0, "time/run_s": 30.0}]
+    axes = axes_of([clocked])
+    assert axes.runs[0]["time"] == [5.0, 30.0] and axes.captions["time"] == "wall-clock time (s)"
+    assert axes.time_note == ""
+    older = [{"iteration": 1, "time/iteration_s": 2.0}, {"iteration": 2, "time/iteration_s": 3.0}]
+    axes = axes_of([clocked, older])
+    assert axes.runs[1]["time"] == [2.0, 5.0] and axes.captions["time"] == "time collecting and updating (s)"
+    assert axes.time_note == TIME_NOTE

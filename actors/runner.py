@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import time
+import zlib
+from contextlib import contextmanager
 
 import ray
 
@@ -26,6 +28,13 @@ def make_env(cfg: Config, env_id: str, fuzzy_judge=None):
         # a lease may have to boot an emulator, or restart a broken one, first
         return lease_env(cfg, env_id, timeout_s=cfg.env.android.boot_timeout_s + 60)
     return envs.make_env(cfg.env, env_id, fuzzy_judge)
+
+
+def evaluation_seed(run_seed: int, task: Task) -> int:
+    """The seed of an evaluation episode's draws (an untrained policy's greedy ties, a random policy's choices):
+    the same for a task whichever runner plays it and whatever that runner played before, so that one run seed
+    gives one evaluation however the episodes are shared out among the runners."""
+    return zlib.crc32(f"{run_seed}/{task.id}".encode())
 
 
 def served_policy(cfg: Config, server):
@@ -112,6 +121,28 @@ class EnvRunner:
         return None if found is None else (found[0], {})
 
     def run_episode(self, task: Task, explore: bool = True) -> Trajectory:
+        if explore:
+            return self._play(task, explore)
+        with self._draws_seeded(evaluation_seed(self.cfg.run.seed, task)):
+            return self._play(task, explore)
+
+    @contextmanager
+    def _draws_seeded(self, seed: int):
+        """The policy's draws inside come from `seed`; this runner's own stream (its training episodes') then
+        goes on where it was. A served policy draws in its server, out of reach here."""
+        if self.uses_torch:
+            import torch
+
+            with torch.random.fork_rng(devices=[]):  # runners' policies are on the CPU
+                torch.random.default_generator.manual_seed(seed)
+                yield
+        elif hasattr(self.policy, "fork_rng"):
+            with self.policy.fork_rng(seed):
+                yield
+        else:
+            yield
+
+    def _play(self, task: Task, explore: bool) -> Trajectory:
         self.sync_weights()
         steps: list[Step] = []
         env_id = ""

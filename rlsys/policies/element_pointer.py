@@ -16,7 +16,8 @@ or the `roles` rendering) directly:
   around each text it may type (`username "..."`, `password "..."`).
 
 Untrained, every choice is equally likely (the heads start at zero, and greedy decoding breaks ties at
-random), so an evaluation before training measures the random policy.
+random: with a draw each evaluation episode seeds from the run seed and its problem, see `evaluation_seed` in
+rlsys/actors/runner.py), so an evaluation before training measures the random policy, the same one per seed.
 
 An action is chosen in up to three factors: the element (over what the grammar lets it click), then, for an
 editable element, `click` or `type`, then the text to type among the instruction's quoted spans and words.

@@ -15,6 +15,7 @@ import os
 import random
 import re
 from collections.abc import Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -49,6 +50,16 @@ class RandomPolicy(WeightlessPolicy):
     def manual_seed(self, seed: int) -> None:
         """Reseed the choices (a runner gives each replica its own seed)."""
         self._rng = random.Random(seed)
+
+    @contextmanager
+    def fork_rng(self, seed: int):
+        """Choices inside come from `seed`; the policy's own stream goes on after where it was (as
+        `torch.random.fork_rng` does for torch's)."""
+        saved, self._rng = self._rng, random.Random(seed)
+        try:
+            yield
+        finally:
+            self._rng = saved
 
     def act(self, observations: Sequence[Observation], greedy: bool = False) -> list[ActionSample]:
         samples = []

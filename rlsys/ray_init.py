@@ -10,6 +10,7 @@ that does not answer for minutes, and meets a missing token with a long tracebac
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import subprocess
@@ -130,7 +131,7 @@ def check_cluster(cfg: Config) -> None:
             f"{source} {address}: the cluster refused this process's Ray auth token (none, or another one): set "
             "RAY_AUTH_MODE=token, with the head's token in ~/.ray/auth_token (or RAY_AUTH_TOKEN_PATH, RAY_AUTH_TOKEN)"
         )
-    if probe.returncode != 0:
+    if probe.returncode == NO_ANSWER:  # anything else: the probe itself broke (another Ray?), so Ray has its say
         raise ConfigError(
             f"{source} {address}: something listens there, but no Ray GCS answered within "
             f"{GCS_ANSWER_TIMEOUT_S:g}s; give the port the head was started with (`ray start --head --port`), "
@@ -158,7 +159,9 @@ def dashboard_port(cfg: Config) -> int | None:
         try:
             s.bind((cfg.ray.dashboard_host, port))
             return None if port == RAY_DASHBOARD_PORT else port
-        except OSError:
+        except OSError as e:
+            if e.errno != errno.EADDRINUSE:  # not a port question (an unusable host): Ray says what is wrong
+                return port
             print(
                 f"ray.dashboard_port {cfg.ray.dashboard_port} is taken on {cfg.ray.dashboard_host}; "
                 "the dashboard takes another free port",

@@ -181,7 +181,8 @@ class EnvRunner:
                         logprob=sample.logprob,
                         timings={"act_s": t1 - t0, "env_s": t2 - t1, **({"reset_s": reset_s} if not steps else {})},
                         error=info.get("parse_error") or info.get("action_error"),
-                        info={k: v for k, v in info.items() if k not in _STEP_FIELDS and v is not None},
+                        info={k: v for k, v in info.items() if k not in _STEP_FIELDS and v is not None}
+                        | ({"prompt": sample.prompt} if sample.prompt else {}),
                         token_ids=sample.token_ids,
                     )
                 )

@@ -138,7 +138,10 @@ class EnginePolicy:
         grammars = [o.extras.get("grammar") if self.cfg.constrained else None for o in observations]
         regexes = [grammar_regex_or_none(g) for g in grammars]
         results = ray.get(self.engine.generate.remote(prompts, regexes, greedy), timeout=self.timeout_s)
-        samples = [ActionSample(r["text"], r["logprob"], r["version"], r["token_ids"]) for r in results]
+        samples = [
+            ActionSample(r["text"], r["logprob"], r["version"], r["token_ids"], prompt=self.tokenizer.decode(ids))
+            for r, ids in zip(results, prompts)
+        ]
         self.version = min(s.version for s in samples)
         return samples
 

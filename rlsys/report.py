@@ -397,6 +397,7 @@ def trajectory_detail(entry: Entry, traj: Trajectory, images: ImageStore) -> dic
             "action": step.action,
             "overlay": action_overlay(step.action, elements_of(step.observation), size) if size else None,
             "input": policy_input(step.observation),
+            "prompt": info.pop("prompt", None),
             "reward": step.reward,
             "done": step.done,
             "policy_version": step.policy_version,

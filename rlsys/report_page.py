@@ -197,6 +197,7 @@ body.hide-acts .acts,body.hide-acts .act-label{display:none}
   color:#fff;font:600 11px/1.3 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;padding:1px 5px;
   border-radius:4px;overflow:hidden;text-overflow:ellipsis;white-space:nowrap;pointer-events:none}
 .input-note{color:var(--muted);font-size:12px;margin:4px 0}
+pre.prompt{white-space:pre-wrap;max-height:24em;overflow:auto;border-left:3px solid var(--muted);padding-left:6px}
 """
 
 JS = r"""
@@ -413,7 +414,8 @@ JS = r"""
     }).join(' · ');
   }
 
-  // what the policy was given: the prompt itself is not stored, so its inputs are shown, each labelled
+  // what the policy was given: the prompt as the model read it where the policy has one (it is stored with the
+  // step), and its inputs, each labelled
   function inputNode(s) {
     var inp = s.input || {}, earlier = inp.earlier || [], t = el('table', {cls: 'kv input'});
     var lines = s.ui_text ? s.ui_text.split('\n').length : 0;
@@ -423,11 +425,18 @@ JS = r"""
       .join('\n') : 'none');
     row(t, 'feedback on the last action', inp.feedback, 'err');
     row(t, 'element list', s.ui_text ? s.ui_text + (s.ui_text_cut ? '\n… (cut for the report)' : '') : null);
-    var summary = 'instruction, screenshot, ' + (lines ? lines + ' element lines, ' : '') + earlier.length +
-      ' earlier action' + (earlier.length === 1 ? '' : 's') + (inp.feedback ? ', feedback' : '');
-    return el('details', {cls: 'input'}, el('summary', {text: summary}),
-      el('div', {cls: 'input-note', text: 'The prompt text is not stored: the policy' +
-        (policyKind ? ' (' + policyKind + ')' : '') + ' built its input from these.'}), t);
+    var summary = (s.prompt ? 'prompt, ' : '') + 'instruction, screenshot, ' +
+      (lines ? lines + ' element lines, ' : '') + earlier.length + ' earlier action' +
+      (earlier.length === 1 ? '' : 's') + (inp.feedback ? ', feedback' : '');
+    var note = s.prompt ? 'The prompt as the model read it (after truncation, in its chat format), then what the ' +
+      'policy built it from.' : 'This step has no stored prompt (the policy' + (policyKind ? ', ' + policyKind +
+      ',' : '') + ' reads these without one, or the run predates stored prompts): the policy built its input ' +
+      'from these.';
+    var shown = el('details', {cls: 'input'}, el('summary', {text: summary}),
+      el('div', {cls: 'input-note', text: note}));
+    if (s.prompt) shown.appendChild(el('pre', {cls: 'prompt', text: s.prompt}));
+    shown.appendChild(t);
+    return shown;
   }
 
   function stepNode(d, s) {

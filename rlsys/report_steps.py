@@ -96,8 +96,8 @@ def action_overlay(action, elements: list, size: tuple[int, int]) -> dict | None
 def policy_input(obs: Observation) -> dict:
     """What the policy was given at this step, besides the screenshot and the element list: the instruction, its
     earlier actions in this episode (the runner's list, else the env's recent history) and the feedback on the
-    last one. The prompt itself is not stored: each policy kind builds its own from these (with a template, a
-    tokenizer's truncation or a chat format), and element_pointer reads them without any prompt."""
+    last one. A policy with a prompt built it from these (the step's info keeps the prompt as the model read it);
+    element_pointer reads them without one."""
     extras = obs.extras
     earlier = extras.get("previous_actions")
     if not isinstance(earlier, list):

@@ -69,6 +69,7 @@ class ActionSample:
     logprob: float | None
     version: int
     token_ids: list[int] | None = None  # what was sampled, where the learner must score those ids (vLLM)
+    prompt: str | None = None  # the model's input as it read it (after truncation, in its chat format), if it has one
 
 
 @dataclass

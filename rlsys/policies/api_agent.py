@@ -112,10 +112,19 @@ class ApiAgentPolicy(WeightlessPolicy):
             with ThreadPoolExecutor(min(self.max_concurrency, len(observations)), "api-policy") as pool:
                 results = list(pool.map(lambda o: self._call(o, temperature), observations))
         errors = {i: r for i, r in enumerate(results) if isinstance(r, LLMError)}
-        samples = [None if isinstance(r, LLMError) else ActionSample(r.text, None, self.version) for r in results]
+        samples = [
+            None if isinstance(r, LLMError) else ActionSample(r.text, None, self.version, prompt=self.prompt(o))
+            for r, o in zip(results, observations)
+        ]
         if errors:
             raise ApiPolicyError(errors, samples, f"{self.api.provider}:{self.api.model_id}")
         return samples
+
+    def prompt(self, obs: Observation) -> str:
+        """The messages sent for `obs`, as text: the system prompt, then the user turn (after the screenshot)."""
+        system = f"system: {self.system}\n\n" if self.system else ""
+        image = "[screenshot]\n" if obs.screenshot_png else ""
+        return f"{system}user: {image}{agent_prompt(obs, self.cfg.prompt)}"
 
     def _call(self, obs: Observation, temperature: float) -> ChatReply | LLMError:
         parts: list[str | bytes] = [obs.screenshot_png] if obs.screenshot_png else []

@@ -29,7 +29,7 @@ from rlsys.policies.base import HFPolicy, torch_dtype
 from rlsys.policies.grammar_decoding import GrammarLogitsProcessor
 from rlsys.policies.image_features import PooledImageFeatures
 from rlsys.policies.prompts import autoui_prompt
-from rlsys.policies.sampling import samples_from, sampling_kwargs, scored_tokens
+from rlsys.policies.sampling import prompt_texts, samples_from, sampling_kwargs, scored_tokens
 from rlsys.policies.tiny_t5 import byte_t5_config
 
 
@@ -116,29 +116,31 @@ class AutoUIPolicy(HFPolicy):
             return_tensors="pt",
         ).to(self.device)
 
-    def _encode(self, observations: Sequence[Observation]) -> tuple[BaseModelOutput, torch.Tensor]:
+    def _encode(self, observations: Sequence[Observation]) -> tuple[BaseModelOutput, dict]:
+        """The encoder's outputs (text fused with the screenshot's features) and the tokenized prompts."""
         batch = self.prompt_inputs(observations)
         fused = self.model.encode(batch.input_ids, batch.attention_mask, self.image_features(observations))
-        return fused, batch.attention_mask
+        return fused, batch
 
     # -- acting
 
     @torch.no_grad()
     def act(self, observations: Sequence[Observation], greedy: bool = False) -> list[ActionSample]:
         self.model.eval()
-        encoder_outputs, attention_mask = self._encode(observations)
+        encoder_outputs, batch = self._encode(observations)
         grammars = self.grammars(observations)
         constrained = any(g is not None for g in grammars)
         processors = [GrammarLogitsProcessor(grammars, self.tokens, prompt_len=1)] if constrained else []
         out = self.model.generate(
             encoder_outputs=encoder_outputs,
-            attention_mask=attention_mask,
+            attention_mask=batch.attention_mask,
             logits_processor=LogitsProcessorList(processors),
             **sampling_kwargs(self.cfg.temperature, self.cfg.max_new_tokens, greedy),
         )
         decode = self.decoder(constrained)
         eos = self.tokenizer.eos_token_id
-        return samples_from(self.model, out, 1, eos, decode, self.version, self.cfg.max_new_tokens)
+        prompts = prompt_texts(self.tokenizer, batch.input_ids, batch.attention_mask)
+        return samples_from(self.model, out, 1, eos, decode, self.version, self.cfg.max_new_tokens, prompts)
 
     # -- learning
 
@@ -150,8 +152,8 @@ class AutoUIPolicy(HFPolicy):
         labels = self.tokenizer(list(actions), padding=True, return_tensors="pt").to(self.device)
         mask = labels.attention_mask.bool()
         ids = labels.input_ids.masked_fill(~mask, -100)
-        encoder_outputs, attention_mask = self._encode(observations)
-        logits = self.model(encoder_outputs=encoder_outputs, attention_mask=attention_mask, labels=ids).logits
+        encoder_outputs, batch = self._encode(observations)
+        logits = self.model(encoder_outputs=encoder_outputs, attention_mask=batch.attention_mask, labels=ids).logits
         grammars = self.grammars(observations)
         suppressed = self.model.generation_config.suppress_tokens
         return scored_tokens(logits, ids, mask, self.cfg.temperature, grammars, self.tokens, suppressed), mask

@@ -36,7 +36,7 @@ from rlsys.config.model_source import model_folder
 from rlsys.core.types import ActionSample, Observation
 from rlsys.policies.base import HFPolicy, torch_dtype
 from rlsys.policies.grammar_decoding import GrammarLogitsProcessor
-from rlsys.policies.sampling import samples_from, sampling_kwargs, scored_tokens
+from rlsys.policies.sampling import prompt_texts, samples_from, sampling_kwargs, scored_tokens
 from rlsys.policies.tiny_t5 import prompt_text
 from rlsys.policies.vlm import ADAPTER_DIR, BASE_DIR, _is_peft, _without_lora, lora_base
 
@@ -218,7 +218,8 @@ class CausalLMPolicy(HFPolicy):
         )
         limit = self.cfg.max_new_tokens
         decode = self.decoder(constrained=bool(processors))
-        samples = samples_from(self.model, out, prompt_len, eos, decode, self.version, limit)
+        prompts = prompt_texts(self.tokenizer, batch["input_ids"], batch["attention_mask"])
+        samples = samples_from(self.model, out, prompt_len, eos, decode, self.version, limit, prompts)
         for sample, seq in zip(samples, out.sequences[:, prompt_len:].tolist()):
             sample.token_ids = seq[: seq.index(eos)] if eos in seq[:limit] else seq[:limit]
         return samples

@@ -9,7 +9,8 @@ runs one step past the limit for that), because that is what teacher forcing sco
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -29,8 +30,28 @@ def sampling_kwargs(temperature: float, max_new_tokens: int, greedy: bool) -> di
     }
 
 
+# a run of one special token, such as an image's placeholders: shown once, with its count
+_REPEATED_TOKEN = re.compile(r"(<[^<>\s]{1,40}>)\1{3,}")
+
+
+def prompt_texts(tokenizer, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> list[str]:
+    """Each row's prompt as the model read it: its tokens (padding left out) decoded, special tokens kept."""
+    texts = []
+    for ids, mask in zip(input_ids.tolist(), attention_mask.tolist()):
+        text = tokenizer.decode([i for i, m in zip(ids, mask) if m])
+        texts.append(_REPEATED_TOKEN.sub(lambda m: f"{m.group(1)}×{len(m.group(0)) // len(m.group(1))}", text))
+    return texts
+
+
 def samples_from(
-    model, out, prompt_len: int, eos_id: int, decode: Callable, version: int, limit: int
+    model,
+    out,
+    prompt_len: int,
+    eos_id: int,
+    decode: Callable,
+    version: int,
+    limit: int,
+    prompts: Sequence[str] | None = None,
 ) -> list[ActionSample]:
     step_logprobs = model.compute_transition_scores(out.sequences, out.scores, normalize_logits=True).float()
     samples = []
@@ -42,7 +63,8 @@ def samples_from(
             end = limit
             eos_logprob = torch.log_softmax(out.scores[limit][row].float(), dim=-1)[eos_id]
             logprob = step_logprobs[row, :end].sum() + eos_logprob
-        samples.append(ActionSample(decode(seq[:end]), float(logprob), version))
+        prompt = prompts[row] if prompts is not None else None
+        samples.append(ActionSample(decode(seq[:end]), float(logprob), version, prompt=prompt))
     return samples
 
 

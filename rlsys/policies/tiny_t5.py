@@ -17,7 +17,7 @@ from rlsys.config.model_source import model_folder
 from rlsys.core.types import ActionSample, Observation
 from rlsys.policies.base import HFPolicy
 from rlsys.policies.grammar_decoding import GrammarLogitsProcessor
-from rlsys.policies.sampling import samples_from, sampling_kwargs, scored_tokens
+from rlsys.policies.sampling import prompt_texts, samples_from, sampling_kwargs, scored_tokens
 
 
 def byte_t5_config(cfg: PolicyConfig, tokenizer: ByT5Tokenizer, **extra) -> T5Config:
@@ -88,14 +88,15 @@ class TinyT5Policy(HFPolicy):
             self.grammars(observations), self.tokens, prompt_len=1
         )  # after the decoder start token
         self.model.eval()
+        batch = self._encode([prompt_text(o) for o in observations])
         out = self.model.generate(
-            **self._encode([prompt_text(o) for o in observations]),
+            **batch,
             logits_processor=LogitsProcessorList([processor]),
             **sampling_kwargs(self.cfg.temperature, self.cfg.max_new_tokens, greedy),
         )
-        return samples_from(
-            self.model, out, 1, self.tokenizer.eos_token_id, self.tokens.text_of, self.version, self.cfg.max_new_tokens
-        )
+        prompts = prompt_texts(self.tokenizer, batch["input_ids"], batch["attention_mask"])
+        eos, limit = self.tokenizer.eos_token_id, self.cfg.max_new_tokens
+        return samples_from(self.model, out, 1, eos, self.tokens.text_of, self.version, limit, prompts)
 
     # -- learning
 

@@ -32,7 +32,7 @@ from rlsys.policies.grammar_decoding import (
 )
 from rlsys.policies.presets import PRESETS
 from rlsys.policies.prompts import agent_prompt
-from rlsys.policies.sampling import samples_from, sampling_kwargs, scored_tokens
+from rlsys.policies.sampling import prompt_texts, samples_from, sampling_kwargs, scored_tokens
 from rlsys.policies.vlm_inputs import VisionTextInputs
 
 ADAPTER_DIR = "adapter"
@@ -246,8 +246,9 @@ class VLMPolicy(HFPolicy):
         )
         decode = self.decoder(constrained=bool(processors))
         prompt_len = batch["input_ids"].shape[1]
-        eos = self.tokenizer.eos_token_id
-        return samples_from(self.model, out, prompt_len, eos, decode, self.version, self.cfg.max_new_tokens)
+        eos, limit = self.tokenizer.eos_token_id, self.cfg.max_new_tokens
+        prompts = prompt_texts(self.tokenizer, batch["input_ids"], batch["attention_mask"])
+        return samples_from(self.model, out, prompt_len, eos, decode, self.version, limit, prompts)
 
     # -- learning
 

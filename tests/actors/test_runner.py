@@ -168,6 +168,9 @@ def test_runner_plays_a_web_suite_and_keeps_what_the_env_reported(ray_session, t
         assert final.info["verdict"]["source"] == "webarena" and final.info["answer"] == ""
         assert traj.task.instruction == "Stay here" and traj.steps[0].observation.location == f"{site}/actions.html"
     assert "instance_reset" not in first.steps[0].info  # due after one episode, run before the next
+    for step in second.steps:  # the prompt the policy (the byte-level T5) read, kept for the report
+        assert step.info["prompt"].startswith("Task: Stay here\nPrevious: ") and step.info["prompt"].endswith("</s>")
+    assert f"Previous: {second.steps[0].action_text}" in second.steps[1].info["prompt"]
     assert second.steps[0].info["instance_reset"]["ok"] and marker.read_text() == "x"
     write_shard(tmp_path / "shard.parquet", [second])
     (stored,) = read_shard(tmp_path / "shard.parquet")

@@ -38,6 +38,7 @@ TRAIN_OUTCOMES = {
 PARSE_ERROR_ID = "train-it4-click-tab-timeout"
 DIGIQ_ID = "scored-0"
 VALUES_ID = "train-it3-click-test-2-success"
+STORED_PROMPT = "Task: do it\nPrevious: click [0]\nElements:\n[0] button <b>ONE</b></s>"
 
 
 def screenshot(label: str, step: int, size=SIZE) -> bytes:
@@ -195,6 +196,7 @@ def build_run(run) -> dict:
         for t in batch:
             if t.id == VALUES_ID:  # as DigiRL's critics would annotate a step
                 t.steps[0].info["digirl"] = {"value": 0.42, "next_value": 0.61, "advantage": 0.17}
+                t.steps[1].info["prompt"] = STORED_PROMPT  # as a runner keeps it (the policy's ActionSample.prompt)
         writer.write(batch, it)
         made["train"] += batch
     eval_writer = ShardWriter(run / "eval", split="eval")
@@ -565,7 +567,7 @@ def test_web_and_android_actions_are_drawn(tmp_path, browser):
 
 
 def test_a_step_shows_the_model_output_and_what_the_policy_was_given(report, browser):
-    """The raw model output and, since the prompt itself is not stored, the policy's inputs labelled as such;
+    """The raw model output, the prompt as the model read it where the step stored one, and the policy's inputs;
     timings rounded to three digits in ms or s; a location repeated from the step before shortened."""
     load(browser, report[0])
     step = open_trajectory(browser, VALUES_ID).find_elements(By.CSS_SELECTOR, ".step")[2]
@@ -579,11 +581,21 @@ def test_a_step_shows_the_model_output_and_what_the_policy_was_given(report, bro
     assert rows["location"].find_element(By.TAG_NAME, "pre").get_attribute("title") == f"file:///{VALUES_ID}.html"
     given = rows["policy input"]
     given.find_element(By.TAG_NAME, "summary").click()
-    assert "The prompt text is not stored" in given.text
+    assert "has no stored prompt" in given.text and not given.find_elements(By.CSS_SELECTOR, "pre.prompt")
     inputs = {r.find_element(By.TAG_NAME, "th").text: r.text for r in given.find_elements(By.CSS_SELECTOR, "tr")}
     assert inputs["instruction"].endswith(f"do {VALUES_ID}")
     assert inputs["earlier actions"].endswith("1. click [0]\n2. click [1]")
     assert inputs["element list"].endswith('[0] button "ONE"\n[1] input')
+
+    before = open_trajectory(browser, VALUES_ID).find_elements(By.CSS_SELECTOR, ".step")[1]
+    given = before.find_element(By.CSS_SELECTOR, "details.input")
+    given.find_element(By.TAG_NAME, "summary").click()
+    assert given.find_element(By.TAG_NAME, "summary").text.startswith("prompt, instruction")
+    assert "The prompt as the model read it" in given.text
+    assert given.find_element(By.CSS_SELECTOR, "pre.prompt").text == STORED_PROMPT  # as text, never as markup
+    assert "info" not in {
+        r.find_element(By.TAG_NAME, "th").text for r in before.find_elements(By.CSS_SELECTOR, ".fields > table > tr")
+    }
     assert severe_console_errors(browser) == []
 
 

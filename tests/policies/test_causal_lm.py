@@ -160,3 +160,12 @@ def test_training_raises_the_target_logprob():
         optimizer.step()
     after = policy.log_probs(obs, actions).detach()
     assert (after > before).all() and after.sum() > before.sum() + 1, (before, after)
+
+
+def test_each_sample_carries_its_prompt_without_the_padding():
+    policy = build_policy(replace(CFG, max_prompt_tokens=40), seed=0)
+    short, long = observation(1), observation(30)
+    samples = policy.act([short, long])  # left-padded to the longer prompt
+    assert samples[0].prompt == policy.tokenizer.decode(policy.prompt_ids(short))
+    assert samples[1].prompt == policy.tokenizer.decode(policy.prompt_ids(long))
+    assert samples[0].prompt.startswith("Task: ") and samples[0].prompt.endswith("\nAction: ")

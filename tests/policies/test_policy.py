@@ -1,4 +1,5 @@
 import random
+from dataclasses import replace
 
 import pytest
 import torch
@@ -80,3 +81,15 @@ def test_parse_actions(text, n, expected):
 def test_parse_errors_are_typed(text, n):
     with pytest.raises(ParseError):
         parse(text, n)
+
+
+def test_each_sample_carries_the_prompt_the_model_read_after_truncation():
+    """The byte-level T5 keeps the task and cuts trailing elements at max_prompt_tokens: the sample's prompt is
+    that cut text (one byte a token, then the tokenizer's end token), not the whole element list."""
+    policy = build_policy(replace(CFG, max_prompt_tokens=120), seed=0)
+    short, long = observation(2), observation(40)
+    samples = policy.act([short, long])
+    assert samples[0].prompt == f"Task: {short.task}\nPrevious: none\nElements:\n{short.ui_text}</s>"
+    cut = samples[1].prompt
+    assert cut.startswith(f"Task: {long.task}\nPrevious: none\nElements:\n[0] button") and cut.endswith("</s>")
+    assert len(cut.removesuffix("</s>").encode()) == 120 - 1 and '"e39"' not in cut

@@ -210,3 +210,27 @@ def test_a_referenced_shard_that_lost_a_trajectory_is_named(tmp_path):
     write_shard(shard, batch[:1])  # the shard no longer holds the second one
     with pytest.raises(StorageError, match=f"{shard}.*{batch[1].id}"):
         ReplayBuffer(capacity=6, max_bytes=1 << 30).load(str(folder), state)
+
+
+def test_a_damaged_shard_is_passed_over_and_its_trajectories_kept_in_the_checkpoint(tmp_path, caplog):
+    """A shard the run wrote after its last checkpoint, damaged meanwhile, must not stop the next checkpoint: what
+    the buffer holds of it is saved with the checkpoint itself, and the shard is named in a warning."""
+    from rlsys.data.shards import ShardWriter
+
+    run = tmp_path / "run"
+    writer = ShardWriter(run / "trajectories")
+    kept, lost = [trajectory(2, seed=i) for i in range(2)], [trajectory(2, seed=10 + i) for i in range(2)]
+    writer.write(kept, 1)
+    damaged = writer.write(lost, 2)
+    damaged.write_bytes(damaged.read_bytes()[:-100])  # its footer cut off, as by a torn copy
+    buf = ReplayBuffer(capacity=6, max_bytes=1 << 30)
+    buf.add(kept + lost)
+    folder = run / "checkpoints" / "000002"
+    folder.mkdir(parents=True)
+    state = buf.save(str(folder), [str(run / "trajectories")], str(run))
+    assert list(state["shards"]) == ["trajectories/shard-000000.parquet"]
+    assert [t.id for t in read_shard(folder / UNSHARDED)] == [t.id for t in lost]
+    assert f"{damaged}" in caplog.text and "passed over" in caplog.text
+    again = ReplayBuffer(capacity=6, max_bytes=1 << 30)
+    again.load(str(folder), state)
+    assert to_table(again.all()).equals(to_table(buf.all()))

@@ -171,15 +171,24 @@ def read_metrics(run_dir: Path) -> list[dict]:
     return records
 
 
+def is_rate(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def percent(value) -> str:
+    return f"{100 * value:.1f}%" if is_rate(value) else "n/a"
+
+
 def eval_table(records: list[dict]) -> str | None:
-    rows = [r for r in records if r.get("eval/success_rate") is not None]
+    """The evaluations of `records` as a table; a value that is not a number (a damaged metrics line) is n/a."""
+    rows = [r for r in records if is_rate(r.get("eval/success_rate"))]
     if not rows:
         return None
     tasks = sorted({k[len("eval/success_rate/") :] for r in rows for k in r if k.startswith("eval/success_rate/")})
     header = ["iteration", "policy_version", "eval success"] + tasks
     lines = [header] + [
-        [str(r["iteration"]), str(r.get("policy_version", "")), f"{100 * r['eval/success_rate']:.1f}%"]
-        + [f"{100 * r.get('eval/success_rate/' + t, float('nan')):.1f}%" for t in tasks]
+        [str(r.get("iteration", "")), str(r.get("policy_version", "")), percent(r["eval/success_rate"])]
+        + [percent(r.get("eval/success_rate/" + t)) for t in tasks]
         for r in rows
     ]
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]

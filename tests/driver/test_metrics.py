@@ -108,3 +108,16 @@ def test_the_time_axis_is_the_run_clock_where_the_metrics_record_it():
     axes = axes_of([clocked, older])
     assert axes.runs[1]["time"] == [2.0, 5.0] and axes.captions["time"] == "time collecting and updating (s)"
     assert axes.time_note == TIME_NOTE
+
+
+def test_the_closing_table_leaves_out_what_is_not_a_number():
+    """A resumed run's metrics.jsonl may hold a damaged line from before: the table printed at the end of the run
+    shows the rest."""
+    records = [
+        {"iteration": 0, "eval/success_rate": "x"},
+        {"iteration": 4, "eval/success_rate": 0.25, "eval/success_rate/a": "0.5", "eval/success_rate/b": 0.0},
+        {"iteration": 8, "eval/success_rate": 0.75, "eval/success_rate/a": 1.0},
+    ]
+    table = eval_table(records).splitlines()
+    assert table[2].split() == ["4", "25.0%", "n/a", "0.0%"] and table[3].split() == ["8", "75.0%", "100.0%", "n/a"]
+    assert table[-1] == "eval success 25.0% -> 75.0% (+50.0 points)"

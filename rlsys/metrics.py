@@ -21,6 +21,7 @@ from tqdm import tqdm
 
 from rlsys.config import Config, redacted_dict
 from rlsys.core.types import task_group
+from rlsys.report_page import is_number
 from rlsys.run_info import keep_wandb_run_id, wandb_run_id
 
 log = logging.getLogger(__name__)
@@ -38,7 +39,7 @@ def last_run_seconds(path: Path) -> float:
             value = json.loads(line).get(RUN_CLOCK)
         except (ValueError, AttributeError):
             continue
-        if isinstance(value, (int, float)) and math.isfinite(value):
+        if is_number(value):
             return float(value)
     return 0.0
 
@@ -171,17 +172,13 @@ def read_metrics(run_dir: Path) -> list[dict]:
     return records
 
 
-def is_rate(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def percent(value) -> str:
-    return f"{100 * value:.1f}%" if is_rate(value) else "n/a"
+    return f"{100 * value:.1f}%" if is_number(value) else "n/a"
 
 
 def eval_table(records: list[dict]) -> str | None:
     """The evaluations of `records` as a table; a value that is not a number (a damaged metrics line) is n/a."""
-    rows = [r for r in records if is_rate(r.get("eval/success_rate"))]
+    rows = [r for r in records if is_number(r.get("eval/success_rate"))]
     if not rows:
         return None
     tasks = sorted({k[len("eval/success_rate/") :] for r in rows for k in r if k.startswith("eval/success_rate/")})

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from rlsys.metrics import RUN_CLOCK  # runs recorded before it have no wall clock
 from rlsys.report_page import esc, is_number
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f")
@@ -14,7 +15,6 @@ MAIN_COLOR = "#111111"
 MAX_PLOT_POINTS = 800  # a longer series keeps each bucket's min and max
 MARKER_LIMIT = 60  # points per series up to which each point gets a marker with a tooltip
 RATES = ("eval/success_rate", "train/success_rate")  # and their per-task keys, RATE/TASK
-RUN_CLOCK = "time/run_s"  # the run's wall clock (rlsys.metrics); runs recorded before it have none
 TIME_NOTE = (
     "a run recorded without time/run_s has no clock: its time is the sum of time/iteration_s, the time spent "
     "collecting and updating (evaluations and checkpoints left out)"

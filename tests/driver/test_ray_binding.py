@@ -100,10 +100,13 @@ def test_a_run_starts_while_another_process_holds_the_dashboard_port(configured)
     """Another run's dashboard (or anything else) on the port: this run's dashboard takes another free one, and
     says which, instead of Ray refusing to start."""
     held = socket.socket()
+    # An earlier test's dashboard can leave 8265 in TIME_WAIT, which a plain bind refuses but Ray's dashboard (and
+    # its own port check) binds over: the test must hold the port as a listener, as a second run's dashboard would.
+    held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         held.bind(("127.0.0.1", configured or 0))
         held.listen()
-    except OSError:  # 8265 already held by something else on this machine: the case itself
+    except OSError:  # 8265 already listened on by something else on this machine: the case itself
         pass
     port = configured or held.getsockname()[1]
     env = {k: v for k, v in os.environ.items() if k != ONE_MACHINE}

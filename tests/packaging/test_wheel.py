@@ -31,7 +31,7 @@ def wheel(tmp_path_factory) -> Path:
     listed = run("git", "ls-files", "--cached", "--others", "--exclude-standard", cwd=ROOT)
     for name in listed.stdout.splitlines():
         (source / name).parent.mkdir(parents=True, exist_ok=True)
-        if (ROOT / name).is_symlink():  # rlsys/actors -> ../actors and its siblings
+        if (ROOT / name).is_symlink():  # actors -> rlsys/actors and its siblings
             (source / name).symlink_to(os.readlink(ROOT / name))
         elif (ROOT / name).is_file():
             shutil.copy2(ROOT / name, source / name)

@@ -1,7 +1,7 @@
 """rlsys's environments as Gymnasium environments, for people who bring their own trainer.
 
     import gymnasium as gym
-    import rlsys.gym  # registers rlsys/MiniWoB-v0, rlsys/Web-v0, rlsys/Android-v0 and rlsys/MiniWoB-<task>-v0
+    import rlsys.envs.gym  # registers rlsys/MiniWoB-v0, rlsys/Web-v0, rlsys/Android-v0 and rlsys/MiniWoB-<task>-v0
 
     env = gym.make("rlsys/MiniWoB-v0", tasks=["click-button", "click-link"])
     obs, info = env.reset(seed=0)                                  # one of `tasks`, drawn with the seed

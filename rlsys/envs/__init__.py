@@ -9,6 +9,9 @@ builds that one itself.
 
 from __future__ import annotations
 
+if __name__ != "rlsys.envs":  # the top-level envs/ is a link to this folder: one name per file
+    raise ImportError("import rlsys.envs, not envs: the top-level envs/ folder is a link into rlsys/")
+
 from rlsys.config import EnvConfig
 from rlsys.core.types import Observation, Validator
 

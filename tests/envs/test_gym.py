@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-import rlsys.gym  # noqa: F401  (registers the envs)
+import rlsys.envs.gym  # noqa: F401  (registers the envs)
 from rlsys.envs.android.actions import parse_action
+from rlsys.envs.gym import RlsysEnv
 from rlsys.envs.web.miniwob import available_tasks
-from rlsys.gym import RlsysEnv
 from tests.conftest import make_config
 
 

@@ -1,6 +1,6 @@
 """Memory of every actor of a long run: does anything grow per iteration?
 
-Runs `python -m rlsys.train` (the quick start's config, `--iterations` iterations) and samples, every
+Runs `rlsys-train` (the quick start's config, `--iterations` iterations) and samples, every
 `--every` seconds, the unique memory (USS) of every process of the run: the driver, each Ray actor by
 name (runners, learner, replay buffer, weight store, ...) and each runner's Chromium (all its
 processes together). Per process group: the memory after the first tenth of the run, at the end, and
@@ -104,7 +104,7 @@ def main() -> None:
     args = p.parse_args()
     run_dir = Path(f"runs/bench-actor-memory{'-' + args.tag if args.tag else ''}")
     shutil.rmtree(run_dir, ignore_errors=True)
-    command = [sys.executable, "-m", "rlsys.train", "--config", "configs/quickstart.yaml",
+    command = [sys.executable, "-m", "rlsys.cli.train", "--config", "configs/quickstart.yaml",
                f"run.output_dir={run_dir}", f"run.iterations={args.iterations}", "run.eval_every=0",
                "run.checkpoint_every=0", "metrics.progress=false", "ray.dashboard=false", *args.set]  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}

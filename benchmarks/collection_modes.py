@@ -8,7 +8,7 @@ here), then publishes a small state dict to a real `WeightStore`, so runners see
 
 - sync (DigiRL's recipe): submit `rollout_size` (= number of runners) episodes, wait for every one
   of them, then update while every runner idles, publish, repeat.
-- async (`rlsys/trainer.py` `Trainer._async_step`): runners never idle; an update starts whenever
+- async (`rlsys/driver/trainer.py` `Trainer._async_step`): runners never idle; an update starts whenever
   `rollout_size` new trainable trajectories arrived since the last one started and the learner is
   free.
 
@@ -219,7 +219,7 @@ class Run:
 
 
 def run_sync(run: Run, rollout_size: int) -> None:
-    """`rlsys/collection.py` `Collector.collect`: `rollout_size` episodes, all of them finished, then the update."""
+    """`Collector.collect` (rlsys/driver/collection.py): `rollout_size` episodes, all finished, then the update."""
     while not run.over():
         remaining = rollout_size
         while remaining > 0 or run.pool.num_inflight:  # the round ends with its slowest episode
@@ -309,7 +309,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
 
-    from rlsys.ray_init import SUBREAPER
+    from rlsys.driver.ray_init import SUBREAPER
 
     os.environ.setdefault(SUBREAPER, "true")
     most = max(args.runners)

@@ -71,7 +71,7 @@ def train(run_dir: Path, overrides: list[str]) -> list[dict]:
     if done.exists() and json.loads(done.read_text()) == overrides:
         return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     shutil.rmtree(run_dir, ignore_errors=True)
-    args = [sys.executable, "-m", "rlsys.train", "--config", "configs/quickstart.yaml", f"run.output_dir={run_dir}"]
+    args = [sys.executable, "-m", "rlsys.cli.train", "--config", "configs/quickstart.yaml", f"run.output_dir={run_dir}"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
     started = time.perf_counter()
     subprocess.run(args + overrides, check=True, stdout=subprocess.DEVNULL, env=env)

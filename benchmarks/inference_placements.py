@@ -52,10 +52,10 @@ from rlsys.actors.inference_server import ServedPolicy, start_servers
 from rlsys.actors.weight_store import WeightStore
 from rlsys.config import Config, load_config
 from rlsys.core.types import Observation
+from rlsys.driver.ray_init import SUBREAPER, bind_to_loopback
 from rlsys.envs.web.spaces.element import grammar
 from rlsys.policies import build_policy
 from rlsys.policies.weights import pack_state_dict
-from rlsys.ray_init import SUBREAPER, bind_to_loopback
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PAGE_SIZES = (2, 5, 9, 14, 20, 30)  # elements per page; the largest fill most of max_prompt_tokens

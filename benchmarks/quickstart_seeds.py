@@ -1,4 +1,4 @@
-"""Does a config learn on every seed? Runs `rlsys.train` once per seed and reports evaluation success at the
+"""Does a config learn on every seed? Runs `rlsys.cli.train` once per seed and reports evaluation success at the
 start and at the end, per seed and per task, with the mean gain, its spread and a 95% confidence interval.
 
     python benchmarks/quickstart_seeds.py --seeds 0 1 2 3 4
@@ -48,7 +48,7 @@ def per_task(record: dict) -> dict[str, float]:
 def run_seed(config: str, seed: int, run_dir: Path, overrides: list[str]) -> dict:
     shutil.rmtree(run_dir, ignore_errors=True)
     args = [
-        sys.executable, "-m", "rlsys.train", "--config", config,
+        sys.executable, "-m", "rlsys.cli.train", "--config", config,
         f"run.output_dir={run_dir}", f"run.seed={seed}", "metrics.progress=false", *overrides,
     ]  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}

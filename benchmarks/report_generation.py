@@ -26,7 +26,7 @@ from PIL import Image, ImageDraw
 
 from rlsys.core.types import Observation, Step, Task, Trajectory
 from rlsys.data.shards import ShardWriter
-from rlsys.report import RunReport
+from rlsys.report.run_report import RunReport
 
 TASKS = [f"task-{k}" for k in range(8)]
 OUTCOMES = ["success", "failure", "timeout"]

@@ -76,7 +76,7 @@ def rlsys_runners(episodes: int, runners: int) -> dict:
     from rlsys.actors.pool import RunnerPool
     from rlsys.actors.replay import ReplayBufferActor
     from rlsys.actors.weight_store import WeightStore
-    from rlsys.ray_init import init_ray
+    from rlsys.driver.ray_init import init_ray
 
     cfg = config(runners)
     init_ray(cfg)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlsys.train import open_run_folder, prepare
+from rlsys.driver.run_folder import open_run_folder, prepare
 
 __all__ = ["TrainResult", "train"]
 
@@ -49,8 +49,8 @@ def train(
     report it to Ray Tune. Ctrl-C raises KeyboardInterrupt with the finished episodes kept, as the CLI does."""
     import ray
 
-    from rlsys.ray_init import init_ray
-    from rlsys.trainer import Trainer
+    from rlsys.driver.ray_init import init_ray
+    from rlsys.driver.trainer import Trainer
 
     run = prepare(config, list(overrides), str(resume) if resume is not None else None, restart)
     cfg = open_run_folder(run)

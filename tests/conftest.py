@@ -73,7 +73,7 @@ def stub_api_env(monkeypatch, tmp_path):
 def ray_session():
     import ray
 
-    from rlsys.ray_init import SUBREAPER, bind_to_loopback
+    from rlsys.driver.ray_init import SUBREAPER, bind_to_loopback
 
     os.environ.setdefault(SUBREAPER, "true")
     bind_to_loopback()

@@ -11,7 +11,7 @@ import torch
 from transformers import Blip2Config, Blip2ForConditionalGeneration, Blip2VisionModel
 
 from rlsys import __version__
-from rlsys.models import main
+from rlsys.cli.models import main
 from rlsys.policies import build_policy
 from rlsys.policies.image_features import PooledImageFeatures
 from tests.policies.hub_cache import fill_hub_cache
@@ -51,7 +51,7 @@ def test_merge_lora_on_a_hub_base_from_a_fresh_process(tmp_path, monkeypatch):
     env |= {"HF_HUB_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1"}
     monkeypatch.setenv("HF_HUB_CACHE", env["HF_HUB_CACHE"])
     ckpt, obs, actions, expected = lora_checkpoint(tmp_path, "tiny-org/tiny-vlm")
-    cmd = [sys.executable, "-m", "rlsys.models", "merge-lora", str(ckpt / "policy"), str(tmp_path / "merged")]
+    cmd = [sys.executable, "-m", "rlsys.cli.models", "merge-lora", str(ckpt / "policy"), str(tmp_path / "merged")]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "LoRA merged into tiny-org/tiny-vlm" in done.stdout

@@ -20,13 +20,14 @@ from ray import tune
 
 from rlsys.api import train
 from rlsys.config import load_config
-from rlsys.ray_init import bind_to_loopback
+from rlsys.driver.ray_init import bind_to_loopback
 
 T_975 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}  # Student's t, 95%
 
 
 def run_bundles(cfg) -> list[dict]:
-    """The resources one run's actors ask for: its learners and its runners (rlsys.learners.group, actors.pool)."""
+    """The resources one run's actors ask for: its learners and its runners (rlsys.learners.runtime.group,
+    actors.pool)."""
     lc, rc = cfg.learner, cfg.runners
     gpu = lc.device != "cpu" and ray.cluster_resources().get("GPU", 0) >= lc.num_learners
     learner = {"CPU": 1, "GPU": 1} if gpu else {"CPU": lc.num_cpus}

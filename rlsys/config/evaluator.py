@@ -63,7 +63,7 @@ class EvaluatorConfig:
 
 @dataclass
 class ProposerConfig:
-    """PAE's task proposer (`python -m rlsys.propose_tasks`): an LLM writes tasks per site from one example."""
+    """PAE's task proposer (`rlsys-propose-tasks`): an LLM writes tasks per site from one example."""
 
     llm: ApiConfig = field(default_factory=lambda: ApiConfig(max_tokens=4096))  # provider bedrock or openai
     examples: str | None = None  # a JSONL task file holding one example task per site

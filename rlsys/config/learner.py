@@ -35,7 +35,7 @@ class DigiRLConfig:
 
 @dataclass
 class DigiQRepresentationConfig:
-    """Where z(s, a) comes from (`python -m rlsys.digiq represent`) and what the critic accepts."""
+    """Where z(s, a) comes from (`rlsys-digiq represent`) and what the critic accepts."""
 
     model: str | None = None  # the (fine-tuned) VLM folder, or the model id the extraction printed
     method: Literal["answer_state", "generated_mean"] = "answer_state"
@@ -45,7 +45,7 @@ class DigiQRepresentationConfig:
 
 @dataclass
 class DigiQCandidatesConfig:
-    """Candidate actions per state (`python -m rlsys.digiq candidates`), sampled from `policy`."""
+    """Candidate actions per state (`rlsys-digiq candidates`), sampled from `policy`."""
 
     k: int = 16  # candidates per state; index 0 is the dataset action
     temperature: float = 1.2

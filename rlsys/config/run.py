@@ -66,7 +66,7 @@ class ReplayConfig:
 
 @dataclass
 class OfflineConfig:
-    data: list[str] = field(default_factory=list)  # trajectory shard folders or files (python -m rlsys.data import-…)
+    data: list[str] = field(default_factory=list)  # trajectory shard folders or files (rlsys-data import-…)
 
 
 @dataclass

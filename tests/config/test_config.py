@@ -79,7 +79,7 @@ def test_env_secrets_resolve_and_are_redacted_on_disk(tmp_path, monkeypatch):
 def test_cli_reports_config_error_before_ray_starts(tmp_path):
     bad = write(tmp_path / "bad.yaml", {"runners": {"numm": 2}})
     proc = subprocess.run(
-        [sys.executable, "-m", "rlsys.train", "--config", str(bad)], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "rlsys.cli.train", "--config", str(bad)], capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 2
     assert "config error: unknown config key 'runners.numm'; did you mean 'runners.num'" in proc.stderr
@@ -103,7 +103,7 @@ def test_policy_rules_across_sections(tmp_path):
 
 
 def test_train_refuses_an_api_policy_before_ray_starts(tmp_path, capsys):
-    from rlsys.train import main
+    from rlsys.cli.train import main
 
     config = write(tmp_path / "c.yaml", {"policy": {"kind": "api"}, "run": {"output_dir": str(tmp_path / "run")}})
     assert main(["--config", str(config)]) == 2
@@ -152,7 +152,7 @@ def test_an_unknown_config_name_lists_the_packaged_ones(tmp_path, monkeypatch):
 )
 def test_recipes_name_the_model_path_to_set(name, first_missing, tmp_path, monkeypatch, capsys):
     """The published recipes run on models the user downloads; until then train says which key to set."""
-    from rlsys.train import main
+    from rlsys.cli.train import main
 
     monkeypatch.chdir(tmp_path)  # no models/ or data/ here
     assert main(["--config", str(RECIPES / name), f"run.output_dir={tmp_path / 'run'}"]) == 2

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
+from rlsys.cli.train import main as train
 from rlsys.config import ConfigError, load_config
-from rlsys.train import main as train
 
 LATIN1 = "run:\n  name: caf\xe9\n".encode("latin-1")  # byte 16 (0xe9) on line 2 is not UTF-8
 
@@ -74,7 +74,7 @@ def test_the_cli_exits_2_without_starting_ray(tmp_path):
     path = tmp_path / "latin1.yaml"
     path.write_bytes(LATIN1)
     proc = subprocess.run(
-        [sys.executable, "-m", "rlsys.train", "--config", str(path)], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "rlsys.cli.train", "--config", str(path)], capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 2 and proc.stderr.startswith("config error:") and "Traceback" not in proc.stderr
     assert "Ray" not in proc.stdout + proc.stderr

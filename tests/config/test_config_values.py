@@ -64,7 +64,7 @@ def test_sizes_that_would_exhaust_the_machine_say_why(override, why):
 
 
 def test_the_cli_refuses_an_infinite_learning_rate_before_ray_starts(capsys):
-    from rlsys.train import main
+    from rlsys.cli.train import main
 
     assert main(["--config", "quickstart", "learner.lr=1e400"]) == 2
     assert capsys.readouterr().err == "config error: config key 'learner.lr' must be a finite number, got '1e400'\n"

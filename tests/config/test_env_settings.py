@@ -3,12 +3,12 @@
 
 import pytest
 
+from rlsys.cli.eval import main as evaluate
+from rlsys.cli.train import main as train
 from rlsys.config import ConfigError, load_config
 from rlsys.core.env import EnvSetupError
 from rlsys.envs.settings import check_env_settings
 from rlsys.envs.web.webenv import WebEnv
-from rlsys.eval import main as evaluate
-from rlsys.train import main as train
 
 BAD = [
     (

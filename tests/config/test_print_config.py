@@ -10,7 +10,8 @@ from rlsys.config import REDACTED, load_config, to_dict
 
 # runs the CLI, then fails when anything imported Ray (nothing may start it)
 RUN_CLI = (
-    "import sys; from rlsys.train import main; rc = main(sys.argv[1:]); assert 'ray' not in sys.modules; sys.exit(rc)"
+    "import sys; from rlsys.cli.train import main; rc = main(sys.argv[1:]); assert 'ray' not in sys.modules; "
+    "sys.exit(rc)"
 )
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

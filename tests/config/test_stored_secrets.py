@@ -135,7 +135,7 @@ def test_literal_secret_warnings_follow_the_schema():
 
 def test_metrics_logger_gives_wandb_the_stored_config(tmp_path, monkeypatch):
     """wandb gets the run folder's config.yaml (references kept), not the resolved config the trainer holds."""
-    from rlsys.metrics import MetricsLogger
+    from rlsys.driver.metrics import MetricsLogger
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("RLSYS_TEST_SECRET", "sk-for-wandb")

@@ -14,8 +14,8 @@ import ray
 
 from rlsys.config import load_config
 from rlsys.data.shards import read_trajectories
-from rlsys.metrics import read_metrics
-from rlsys.trainer import Trainer
+from rlsys.driver.metrics import read_metrics
+from rlsys.driver.trainer import Trainer
 
 SERIES = ["ray_rlsys_trajectories_total", "ray_rlsys_buffer_trajectories", "ray_rlsys_runner_restarts",
           "ray_rlsys_policy_version"]  # fmt: skip

@@ -11,7 +11,7 @@ import psutil
 import pytest
 import yaml
 
-from rlsys.eval import main as eval_main
+from rlsys.cli.eval import main as eval_main
 from tests.http_stubs import OpenAIStub, Recorded, Reply
 
 pytestmark = pytest.mark.usefixtures("stub_api_env")

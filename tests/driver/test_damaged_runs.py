@@ -16,11 +16,11 @@ import pytest
 import ray
 import yaml
 
-import rlsys.train
+import rlsys.cli.train
 from rlsys.config import to_dict
 from rlsys.data import checkpoint
-from rlsys.metrics import read_metrics
-from rlsys.trainer import Trainer
+from rlsys.driver.metrics import read_metrics
+from rlsys.driver.trainer import Trainer
 from tests.data.test_checkpoint import fill_disk, flip_middle_byte, tmpfs, truncate
 from tests.driver.test_fault_tolerance import sim_config
 from tests.driver.test_interrupts import config_file, start, wait_for
@@ -139,9 +139,9 @@ def test_resume_chooses_the_newest_intact_checkpoint_before_ray_starts(two_check
     shutil.copytree(two_checkpoints, run)
     damaged = damage(run)
     chosen = []
-    monkeypatch.setattr(rlsys.train, "train", lambda cfg, run_dir, resume: chosen.append(resume) or 0)
+    monkeypatch.setattr(rlsys.cli.train, "train", lambda cfg, run_dir, resume: chosen.append(resume) or 0)
     monkeypatch.chdir(tmp_path)  # --resume run: a path relative to here, which Ray's workers do not share
-    assert rlsys.train.main(["--resume", "run"]) == 0  # what python -m rlsys.train does up to starting Ray
+    assert rlsys.cli.train.main(["--resume", "run"]) == 0  # what rlsys-train does up to starting Ray
     assert chosen == [Path("run") / "checkpoints" / "000001"]
     (line,) = [line for line in capsys.readouterr().err.splitlines() if "000002" in line]
     assert line.startswith("warning: checkpoint 000002 is damaged and passed over: ")
@@ -175,6 +175,6 @@ def test_a_full_disk_while_a_checkpoint_is_written_ends_the_run_with_one_line(tm
         root = run_dir / "checkpoints"
         assert line.startswith(f"run failed: no space left in {root} to write checkpoint 000002 ("), out
         assert "KiB free): nothing of it was kept, checkpoint 000001 is intact." in line
-        assert line.endswith(f"Continue with: python -m rlsys.train --resume {run_dir}")
+        assert line.endswith(f"Continue with: rlsys-train --resume {run_dir}")
         assert sorted(p.name for p in root.iterdir()) == ["000001"]  # no .tmp-000002-*
         assert checkpoint.newest_intact(run_dir) == (root / "000001", [])

@@ -1,5 +1,5 @@
 """Digi-Q end to end: candidates from a real policy, representations from a real (tiny) VLM, both
-through `python -m rlsys.digiq`, then the two-phase run through the real driver and Ray actors on a
+through `rlsys-digiq`, then the two-phase run through the real driver and Ray actors on a
 synthetic dataset where one action is known to be better."""
 
 import json
@@ -8,16 +8,16 @@ import numpy as np
 import pytest
 import yaml
 
+from rlsys.cli.digiq import main as digiq_main
 from rlsys.config import PolicyConfig, load_config
 from rlsys.data import checkpoint
 from rlsys.data.shards import ShardWriter, read_trajectories
-from rlsys.digiq import main as digiq_main
+from rlsys.driver.metrics import read_metrics
+from rlsys.driver.trainer import Trainer
 from rlsys.envs import action_validator
 from rlsys.learners.digiq.candidates import sample_candidates
 from rlsys.learners.digiq.representations import Z_KEY
-from rlsys.metrics import read_metrics
 from rlsys.policies import build_policy
-from rlsys.trainer import Trainer
 from tests.digiq_data import ACTIONS, GOOD, P_SUCCESS, synthetic_dataset, tiny_learner
 
 K = 5

@@ -11,11 +11,11 @@ import sys
 import pytest
 import yaml
 
+from rlsys.cli.eval import main as eval_main
+from rlsys.cli.train import main as train_main
 from rlsys.config import save_config, to_dict
 from rlsys.data.shards import read_trajectories
-from rlsys.eval import main as eval_main
 from rlsys.policies import build_policy
-from rlsys.train import main as train_main
 from tests.conftest import make_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -66,7 +66,7 @@ def test_train_refuses_a_weightless_policy_with_a_command_that_evaluates_it(ray_
     err = capsys.readouterr().err
     assert "has no weights to train; evaluate it with: " in err
     command = shlex.split(err.split("evaluate it with: ", 1)[1].strip())
-    assert command[:3] == ["python", "-m", "rlsys.eval"]
+    assert command[:3] == ["python", "-m", "rlsys.cli.eval"]
     assert eval_main(command[3:]) == 0  # the command it names works as printed
     assert_results(cfg.output_dir)
 
@@ -139,7 +139,8 @@ def test_a_model_folder_needs_out_and_is_never_written(ray_session, tmp_path, ca
 
 # runs the CLI, then fails when anything imported Ray: no episode may be played
 RUN_EVAL = (
-    "import sys; from rlsys.eval import main; rc = main(sys.argv[1:]); assert 'ray' not in sys.modules; sys.exit(rc)"
+    "import sys; from rlsys.cli.eval import main; rc = main(sys.argv[1:]); assert 'ray' not in sys.modules; "
+    "sys.exit(rc)"
 )
 
 

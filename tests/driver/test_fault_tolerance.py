@@ -15,9 +15,9 @@ from rlsys.actors.pool import RunnerPool
 from rlsys.actors.weight_store import WeightStore
 from rlsys.core.types import Task
 from rlsys.data import checkpoint
-from rlsys.learners.group import LearnerFailed
-from rlsys.metrics import read_metrics
-from rlsys.trainer import Trainer
+from rlsys.driver.metrics import read_metrics
+from rlsys.driver.trainer import Trainer
+from rlsys.learners.runtime.group import LearnerFailed
 from tests.conftest import make_config
 
 
@@ -163,7 +163,7 @@ def test_a_dead_learner_ends_the_run_with_a_checkpoint_to_resume_from(ray_sessio
     newest = checkpoint.latest(cfg.output_dir)
     assert newest is not None and 1 <= int(newest.name) < 4
     assert f"the newest checkpoint is {newest}" in message
-    assert f"python -m rlsys.train --resume {cfg.output_dir}" in message  # ...and how to go on
+    assert f"rlsys-train --resume {cfg.output_dir}" in message  # ...and how to go on
 
     resumed = Trainer(cfg, cfg.output_dir, resume=True)
     try:

@@ -1,4 +1,4 @@
-"""Ctrl-C and SIGTERM sent to a real `python -m rlsys.train`: the first keeps the finished episodes, stops cleanly
+"""Ctrl-C and SIGTERM sent to a real `rlsys-train`: the first keeps the finished episodes, stops cleanly
 and says how to resume; a second exits at once. A run stopped before its first checkpoint is not resumed beside
 the stopped session's files: it starts over, its files moved aside, only when asked (--restart)."""
 
@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from rlsys.config import to_dict
-from rlsys.metrics import read_metrics
+from rlsys.driver.metrics import read_metrics
 from tests.driver.test_fault_tolerance import sim_config
 
 SIM = {"reset_median_s": 0.05, "step_median_s": 0.25, "step_sigma": 0.0, "success_prob": 0.4}
@@ -21,7 +21,7 @@ SIM = {"reset_median_s": 0.05, "step_median_s": 0.25, "step_sigma": 0.0, "succes
 def start(tmp_path, args, name):
     log = open(tmp_path / f"{name}.log", "w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rlsys.train", *args],
+        [sys.executable, "-m", "rlsys.cli.train", *args],
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,  # its own process group, as a terminal's foreground job is
@@ -65,7 +65,7 @@ def test_ctrl_c_keeps_the_finished_episodes_stops_cleanly_and_resumes(tmp_path):
     assert proc.wait(timeout=120) == 130, log.read_text()
     out = log.read_text()
     assert "Traceback" not in out, out
-    assert f"python -m rlsys.train --resume {run_dir}" in out, out
+    assert f"rlsys-train --resume {run_dir}" in out, out
     done = len(read_metrics(run_dir))
     kept = [i for i in shard_iterations(run_dir) if i == done + 1]
     assert 0 < len(kept) < 16, (done, shard_iterations(run_dir), out)  # the finished episodes of the cut iteration
@@ -96,7 +96,7 @@ def test_a_run_stopped_before_its_first_checkpoint_starts_over_only_when_asked(t
     wait_for(lambda: read_metrics(run_dir), proc, log)
     os.killpg(proc.pid, signal.SIGINT)
     assert proc.wait(timeout=120) == 130, log.read_text()
-    assert f"start it over with: python -m rlsys.train --resume {run_dir} --restart" in log.read_text()
+    assert f"start it over with: rlsys-train --resume {run_dir} --restart" in log.read_text()
     stopped = {p.relative_to(run_dir): p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
 
     proc, log = start(tmp_path, ["--resume", str(run_dir)], "resumed")

@@ -3,7 +3,7 @@ import re
 import time
 
 from rlsys.config import redacted_dict, to_dict
-from rlsys.metrics import MetricsLogger, eval_table, read_metrics
+from rlsys.driver.metrics import MetricsLogger, eval_table, read_metrics
 from tests.conftest import make_config
 
 
@@ -98,7 +98,7 @@ def test_every_record_carries_the_run_clock_which_a_resumed_session_continues(tm
 
 
 def test_the_time_axis_is_the_run_clock_where_the_metrics_record_it():
-    from rlsys.report_plots import TIME_NOTE, axes_of
+    from rlsys.report.plots import TIME_NOTE, axes_of
 
     clocked = [{"iteration": 0, "time/run_s": 5.0}, {"iteration": 1, "time/iteration_s": 2.0, "time/run_s": 30.0}]
     axes = axes_of([clocked])

@@ -20,8 +20,8 @@ REPO = Path(__file__).resolve().parents[2]
 DRIVER = """
 import sys
 import ray
-from rlsys.ray_init import bind_to_loopback
-from rlsys.train import main
+from rlsys.driver.ray_init import bind_to_loopback
+from rlsys.cli.train import main
 
 bind_to_loopback()
 ray.init(num_cpus=2, resources={"sim": 2}, include_dashboard=False, log_to_driver=False,

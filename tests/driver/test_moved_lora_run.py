@@ -9,8 +9,8 @@ import ray
 
 from rlsys.core.types import Step, Task, Trajectory
 from rlsys.data.shards import ShardWriter
+from rlsys.driver.trainer import Trainer
 from rlsys.policies import build_policy
-from rlsys.trainer import Trainer
 from tests.conftest import make_config
 from tests.policies.test_policy_vlm import config, observation
 

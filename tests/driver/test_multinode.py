@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from rlsys.config import to_dict
-from rlsys.ray_init import ONE_MACHINE
+from rlsys.driver.ray_init import ONE_MACHINE
 from tests.conftest import make_config
 
 ROOT = str(Path(__file__).resolve().parents[2])

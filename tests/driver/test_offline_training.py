@@ -6,8 +6,8 @@ import pytest
 
 from rlsys.config import ConfigError, check_paths
 from rlsys.data import checkpoint
-from rlsys.metrics import read_metrics
-from rlsys.trainer import Trainer
+from rlsys.driver.metrics import read_metrics
+from rlsys.driver.trainer import Trainer
 from tests.conftest import assert_no_browsers_left, browsers_started_after, make_config
 
 TINY_DIGIRL = {

@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rlsys.cli.propose_tasks import main
 from rlsys.config import ApiConfig, ProposerConfig, load_config
 from rlsys.core.types import Task
 from rlsys.envs.tasks import TaskSource
 from rlsys.envs.web.task_files import load_task_file
+from rlsys.envs.web.task_proposer import normalize_question, propose, propose_new_tasks
 from rlsys.llm import make_client
-from rlsys.propose_tasks import main, normalize_question, propose, propose_new_tasks
 from tests.conftest import make_config
 from tests.http_stubs import BedrockStub, OpenAIStub, Recorded, Reply
 
@@ -186,7 +187,7 @@ def test_a_fenced_reply_parses_and_one_example_per_site_is_used(tmp_path, caplog
     with stub_for("openai") as stub:
         stub.script(ok("openai", fenced))
         cfg = proposer("openai", stub)
-        with caplog.at_level(logging.WARNING, logger="rlsys.propose_tasks"):
+        with caplog.at_level(logging.WARNING, logger="rlsys.envs.web.task_proposer"):
             rows, counts = propose(cfg, make_client(cfg.llm), examples(tmp_path, [SHOP, second_shop]), **FAST)
     assert [r["ques"] for r in rows] == ["Find the blue kettle.", "Find the green kettle."]
     assert counts["proposed"] == 2 and counts["kept"] == 2
@@ -285,7 +286,7 @@ def test_cli_skips_a_failing_site_and_writes_the_others(tmp_path, capsys, caplog
         config = write_config(
             tmp_path, stub, write_jsonl(tmp_path / "examples.jsonl", [SHOP, WIKI]), output=str(output)
         )
-        with caplog.at_level(logging.WARNING, logger="rlsys.propose_tasks"):
+        with caplog.at_level(logging.WARNING, logger="rlsys.envs.web.task_proposer"):
             assert main(["--config", config, "proposer.llm.max_retries=2"], **FAST) == 0
     wiki_calls = [r for r in stub.requests if WIKI["ques"] in prompt_of(r)]
     assert len(wiki_calls) == 3  # the first call and two retries

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from rlsys.config import to_dict
-from rlsys.ray_init import ADDRESS_VARIABLE, JOB_DRIVER_VARIABLE, ONE_MACHINE, cluster_address
+from rlsys.driver.ray_init import ADDRESS_VARIABLE, JOB_DRIVER_VARIABLE, ONE_MACHINE, cluster_address
 from tests.conftest import make_config
 from tests.driver.test_fault_tolerance import sim_config
 from tests.driver.test_multinode import free_port, start_node, stop
@@ -81,7 +81,7 @@ def test_the_driver_joins_the_cluster_in_ray_address(head_node, tmp_path):
     cfg, path = config_file(tmp_path)
 
     done = subprocess.run(
-        [sys.executable, "-m", "rlsys.train", "--config", str(path)],
+        [sys.executable, "-m", "rlsys.cli.train", "--config", str(path)],
         env={**env, ADDRESS_VARIABLE: address},
         capture_output=True,
         text=True,
@@ -119,8 +119,8 @@ def test_a_cluster_that_cannot_be_joined_is_one_line_within_seconds(head_node, t
     cfg, path = config_file(tmp_path)
 
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "rlsys.train", "--config", str(path)], env=env, capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
+    command = [sys.executable, "-m", "rlsys.cli.train", "--config", str(path)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
 
     assert time.monotonic() - started < 30  # Ray alone: minutes of retries, or a long traceback
     assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]

@@ -1,6 +1,6 @@
 """A local run's Ray listens on 127.0.0.1 only: GCS, raylet, workers, agents, metrics and dashboard.
 
-Each case starts Ray in a child process, as `rlsys.train` does (`init_ray`), runs an actor so that a
+Each case starts Ray in a child process, as `rlsys.cli.train` does (`init_ray`), runs an actor so that a
 worker's server exists too, and lists the listening TCP sockets of every process in the child's tree.
 """
 
@@ -15,14 +15,14 @@ import urllib.request
 
 import pytest
 
-from rlsys.ray_init import ONE_MACHINE
+from rlsys.driver.ray_init import ONE_MACHINE
 
 CHILD = textwrap.dedent(
     """
     import json, os, sys, urllib.error, urllib.request
     import psutil, ray
     from rlsys.config import load_config
-    from rlsys.ray_init import init_ray
+    from rlsys.driver.ray_init import init_ray
 
     cfg = load_config(None, data={"ray": {"dashboard": sys.argv[1] == "dashboard", "num_cpus": 1}})
     _, dashboard = init_ray(cfg)
@@ -83,7 +83,7 @@ DASHBOARD_CHILD = textwrap.dedent(
     import json, sys
     import ray
     from rlsys.config import load_config
-    from rlsys.ray_init import init_ray
+    from rlsys.driver.ray_init import init_ray
 
     cfg = load_config(None, data={"ray": {"dashboard": True, "dashboard_port": int(sys.argv[1]), "num_cpus": 1}})
     _, dashboard = init_ray(cfg)

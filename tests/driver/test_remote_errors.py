@@ -21,7 +21,7 @@ def train_cli(tmp_path, cfg) -> subprocess.CompletedProcess:
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(to_dict(cfg)))
     return subprocess.run(
-        [sys.executable, "-m", "rlsys.train", "--config", str(path)], capture_output=True, text=True, timeout=400
+        [sys.executable, "-m", "rlsys.cli.train", "--config", str(path)], capture_output=True, text=True, timeout=400
     )
 
 

@@ -16,13 +16,13 @@ import pytest
 import torch
 import yaml
 
+from rlsys.cli.eval import main as eval_main
+from rlsys.cli.train import main as train_main
 from rlsys.config import to_dict
 from rlsys.data import checkpoint
 from rlsys.data.shards import read_trajectories, write_shard
 from rlsys.data.storage import RemoteFolder, RunMirror
-from rlsys.eval import main as eval_main
 from rlsys.policies import build_policy
-from rlsys.train import main as train_main
 from tests.driver.test_eval_cli import EPISODES, run_eval, sim_config
 from tests.s3_server import SECRET_KEY
 
@@ -117,7 +117,7 @@ def test_train_refuses_a_weightless_policy_of_a_remote_run_with_a_command_that_w
     _, path = sim_config(tmp_path, policy__kind="random")
     assert train_main(["--config", str(path), "run.output_dir=s3://bucket/weightless"]) == 2
     command = shlex.split(capsys.readouterr().err.split("evaluate it with: ", 1)[1].strip())
-    assert command[:3] == ["python", "-m", "rlsys.eval"]
+    assert command[:3] == ["python", "-m", "rlsys.cli.eval"]
     assert command[command.index("--out") + 1] == "s3://bucket/weightless"
     assert eval_main(command[3:]) == 0  # the command it names works as printed
     remote = RemoteFolder("s3://bucket/weightless")
@@ -164,7 +164,7 @@ def test_a_remote_run_stopped_before_the_trainer_exists_names_the_uri_to_resume(
     log = tmp_path / "train.log"
     with open(log, "w") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "rlsys.train", "--config", str(path)],
+            [sys.executable, "-m", "rlsys.cli.train", "--config", str(path)],
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -178,4 +178,4 @@ def test_a_remote_run_stopped_before_the_trainer_exists_names_the_uri_to_resume(
     assert proc.wait(timeout=120) == 130, log.read_text()
     text = log.read_text()
     assert f"run folder: {uri} (this machine's copy: {tmp_path / 'scratch'})" in text
-    assert f"Continue with: python -m rlsys.train --resume {uri}\n" in text, text
+    assert f"Continue with: rlsys-train --resume {uri}\n" in text, text

@@ -12,7 +12,7 @@ import yaml
 
 from rlsys.config import to_dict
 from rlsys.data.storage import RemoteFolder, published_checkpoints
-from rlsys.metrics import read_metrics
+from rlsys.driver.metrics import read_metrics
 from tests.driver.test_fault_tolerance import sim_config
 from tests.s3_server import secrets_in
 
@@ -22,7 +22,7 @@ URI = "s3://bucket/run"
 def train(args, env, log):
     with open(log, "w") as out:
         done = subprocess.run(
-            [sys.executable, "-m", "rlsys.train", *args],
+            [sys.executable, "-m", "rlsys.cli.train", *args],
             stdout=out,
             stderr=subprocess.STDOUT,
             env={**os.environ, **env, "PYTHONUNBUFFERED": "1"},

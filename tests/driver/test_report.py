@@ -1,4 +1,4 @@
-"""rlsys.report: a run folder made of real shards, metrics and PNG screenshots, turned into one offline HTML
+"""rlsys.report.run_report: a run folder made of real shards, metrics and PNG screenshots, turned into one offline HTML
 page and checked in real headless Chromium (plots drawn, numbers right, filters, steps, no network)."""
 
 import io
@@ -15,9 +15,10 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
 from rlsys import report as report_module
+from rlsys.cli.report import main
 from rlsys.core.types import Observation, Step, Task, Trajectory
 from rlsys.data.shards import ShardWriter, to_table
-from rlsys.report import RunReport, main, write_report
+from rlsys.report.run_report import RunReport, write_report
 from tests.driver.conftest import load
 
 TASKS = ("click-test-2", "click-tab", "focus-text-2")
@@ -882,7 +883,7 @@ def test_bad_metric_values_are_named_by_line_and_the_rest_is_drawn(tmp_path, bro
 
 def test_cli(report, tmp_path, capsys):
     missing = tmp_path / "no-such-run"
-    done = subprocess.run([sys.executable, "-m", "rlsys.report", str(missing)], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "rlsys.cli.report", str(missing)], capture_output=True, text=True)
     assert done.returncode == 2 and str(missing) in done.stderr
     out = tmp_path / "cli.html"
     assert main([str(report[0].parent), "--out", str(out), "--max-trajectories", "3", "--max-bytes", "2M"]) == 0

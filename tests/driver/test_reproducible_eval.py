@@ -4,7 +4,7 @@ Before each evaluation episode drew from its runner's stream, so the result hung
 
 from rlsys.config import load_config
 from rlsys.data.shards import read_trajectories
-from rlsys.trainer import Trainer
+from rlsys.driver.trainer import Trainer
 from tests.conftest import _chromium_paths
 
 

@@ -1,4 +1,4 @@
-"""What `python -m rlsys.train` writes before Ray starts: run folders stay inside runs/, a folder that is not a
+"""What `rlsys-train` writes before Ray starts: run folders stay inside runs/, a folder that is not a
 run is never overwritten, a run that got further than its start is never started over in place unless asked
 (--restart moves it aside), a resume checks its config and chooses its checkpoint first and never rewrites
 config.yaml, and a literal secret on the command line is redacted with a warning. Training itself is replaced by
@@ -7,10 +7,10 @@ a recorder: these are the checks that come before it."""
 import pytest
 import yaml
 
-import rlsys.train
+import rlsys.cli.train
+from rlsys.cli.train import main
 from rlsys.config import REDACTED, config_path
 from rlsys.data import checkpoint
-from rlsys.train import main
 from tests.data.test_checkpoint import fill
 
 
@@ -23,7 +23,7 @@ def trained(monkeypatch):
         calls.append((cfg, run_dir, resume))
         return 0
 
-    monkeypatch.setattr(rlsys.train, "train", record)
+    monkeypatch.setattr(rlsys.cli.train, "train", record)
     return calls
 
 
@@ -118,7 +118,7 @@ def test_a_run_stopped_before_its_first_checkpoint_is_not_started_over_in_place(
     assert main(["--resume", str(run)]) == 2  # nothing to continue from: no "starting from scratch" beside it
     err = capsys.readouterr().err
     assert err.startswith(f"config error: --resume {run}: no complete checkpoint there")
-    assert f"python -m rlsys.train --resume {run} --restart" in err
+    assert f"rlsys-train --resume {run} --restart" in err
     assert files_in(run) == before and not trained
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 
 from rlsys.config import to_dict
-from rlsys.run_info import FILE, record_session
+from rlsys.driver.run_info import FILE, record_session
 from tests.driver.test_fault_tolerance import sim_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,7 +24,7 @@ MARKER = "rlsys-test-do-not-record-me"
 def train(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "WANDB_MODE": "offline", "RLSYS_TEST_SECRET": MARKER}
     done = subprocess.run(
-        [sys.executable, "-m", "rlsys.train", *args], env=env, capture_output=True, text=True, timeout=400
+        [sys.executable, "-m", "rlsys.cli.train", *args], env=env, capture_output=True, text=True, timeout=400
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done

@@ -12,12 +12,12 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from rlsys.cli.eval import main as eval_main
 from rlsys.config import to_dict
 from rlsys.data import checkpoint
 from rlsys.data.shards import read_trajectories
-from rlsys.eval import main as eval_main
-from rlsys.metrics import read_metrics
-from rlsys.trainer import Trainer
+from rlsys.driver.metrics import read_metrics
+from rlsys.driver.trainer import Trainer
 from tests.conftest import assert_no_browsers_left, make_config
 
 REQUIRED = {"iteration", "trajectories", "env_steps", "policy_version", "train/success_rate"}
@@ -136,7 +136,7 @@ def kill_session(sid: int) -> None:
 
 def _start(args, log):
     return subprocess.Popen(
-        [sys.executable, "-m", "rlsys.train", *args],
+        [sys.executable, "-m", "rlsys.cli.train", *args],
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,

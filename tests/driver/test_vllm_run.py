@@ -11,7 +11,7 @@ def test_training_through_vllm_serves_each_new_lora_version(ray_session, tmp_pat
     """collect → update → publish (the adapter alone) → the engine serves the new version, and the learner's
     importance weights, computed on the ids the engine sampled, start at 1."""
     vllm_python_or_skip()
-    from rlsys.trainer import Trainer
+    from rlsys.driver.trainer import Trainer
 
     cfg = vllm_config(
         tmp_path, run__iterations=2, run__rollout_size=4, runners__num=2, tasks__train=["click-test-2"],

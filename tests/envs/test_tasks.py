@@ -70,7 +70,7 @@ def test_suite_env_mismatch_and_bad_files_are_config_errors(tmp_path):
 
 
 def test_cli_reports_a_bad_task_file_before_ray_starts(tmp_path, capsys):
-    from rlsys.train import main
+    from rlsys.cli.train import main
 
     # in-process: once a test session has started Ray, the driver reaps child processes itself and
     # a subprocess's exit status can no longer be read

@@ -39,7 +39,7 @@ def config(tmp_path, **digiq):
 
 
 def with_z(trajectories, model=MODEL, method="answer_state", seed=0):
-    """Representations as `python -m rlsys.digiq represent` stores them (seeded vectors stand in for a VLM's)."""
+    """Representations as `rlsys-digiq represent` stores them (seeded vectors stand in for a VLM's)."""
     rng = np.random.default_rng(seed)
     record = {"model": model, "method": method, "dim": Z_DIM}
     for t in trajectories:

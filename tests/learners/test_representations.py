@@ -34,7 +34,7 @@ from rlsys.policies.prompts import agent_prompt
 
 ARCHS = ["llava", "qwen2_vl"]
 W, H = 64, 48
-RERUN = "python -m rlsys.digiq represent"
+RERUN = "rlsys-digiq represent"
 
 
 def png(color, size=(W, H), box=None, box_color=(255, 255, 255)) -> bytes:

@@ -89,7 +89,7 @@ def test_propose_tasks_reports_missing_boto3_as_a_config_error(tmp_path):
     data["proposer"] = {"llm": llm, "examples": str(examples), "tasks_per_site": 1}
     config.write_text(yaml.safe_dump(data))
     result = run_python(
-        NO_BOTO3 + f"from rlsys.propose_tasks import main\nsys.exit(main(['--config', {str(config)!r}]))\n"
+        NO_BOTO3 + f"from rlsys.cli.propose_tasks import main\nsys.exit(main(['--config', {str(config)!r}]))\n"
     )
     assert result.returncode == 2, result.stdout + result.stderr
     assert "config error: proposer.llm.provider is 'bedrock'" in result.stderr
@@ -106,7 +106,7 @@ def test_training_with_a_bedrock_judge_and_no_boto3_stops_before_ray_starts(tmp_
     result = run_python(
         NO_BOTO3
         + f"""
-from rlsys.train import main
+from rlsys.cli.train import main
 sys.exit(main(["--config", {str(config)!r}]))
 """
     )

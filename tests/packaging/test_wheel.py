@@ -148,7 +148,7 @@ def test_installed_next_to_pypi_envs_both_work_from_a_repo_with_its_own_envs(ven
 
 
 def test_a_packaged_config_runs_by_name_from_any_folder(venv, tmp_path):
-    """`python -m rlsys.train --config quickstart` from a foreign repository: a short real run (one
+    """`rlsys-train --config quickstart` from a foreign repository: a short real run (one
     iteration, two browsers), with the packaged config found by name."""
     chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
     repo = tmp_path / "research"
@@ -156,7 +156,7 @@ def test_a_packaged_config_runs_by_name_from_any_folder(venv, tmp_path):
     (repo / "envs" / "__init__.py").write_text("raise ImportError('the research repo envs, not rlsys')\n")
     out = tmp_path / "run"
     trained = run(
-        venv / "bin" / "python", "-m", "rlsys.train", "--config", "quickstart",
+        venv / "bin" / "python", "-m", "rlsys.cli.train", "--config", "quickstart",
         f"run.output_dir={out}", "run.iterations=1", "run.rollout_size=2", "run.eval_every=0",
         "run.eval_at_start=false", "ray.dashboard=false", f"env.chromium={chromium}", f"env.chromedriver={driver}",
         cwd=repo,

@@ -33,7 +33,7 @@ METHODS = ("answer_state", "generated_mean")
 Z_KEY = "digiq_z"
 MODEL_KEY = "learner.digiq.representation.model"
 METHOD_KEY = "learner.digiq.representation.method"
-RERUN = "re-run `python -m rlsys.digiq represent` with the configured model and method"
+RERUN = "re-run `rlsys-digiq represent` with the configured model and method"
 
 # what identifies a model: its configs, tokenizer and chat template, and weights
 _ID_SUFFIXES = (".json", ".jinja", ".safetensors", ".bin", ".model", ".tiktoken")

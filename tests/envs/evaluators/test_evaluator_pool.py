@@ -14,10 +14,10 @@ from PIL import Image
 from rlsys.config import EvaluatorConfig, EvaluatorPoolConfig, JudgeConfig
 from rlsys.core.types import Observation, Step, Task, Trajectory
 from rlsys.data.shards import read_trajectories
+from rlsys.driver.trainer import Trainer
 from rlsys.envs.evaluators.judges import JudgeQuery
 from rlsys.envs.evaluators.pool import EvaluatorPool, PoolJudge, TokenBucket, start_pool
 from rlsys.envs.evaluators.referee import Referee
-from rlsys.trainer import Trainer
 from tests.conftest import make_config
 from tests.http_stubs import BedrockStub, GeminiStub, OpenAIStub, Reply, api_key
 

@@ -75,7 +75,7 @@ def test_sigkill_to_a_training_runs_process_group_leaves_no_browser(tmp_path):
     config_file.write_text(yaml.safe_dump(to_dict(cfg)))
     with open(tmp_path / "run.log", "w") as log:
         run = subprocess.Popen(
-            [sys.executable, "-m", "rlsys.train", "--config", str(config_file)],
+            [sys.executable, "-m", "rlsys.cli.train", "--config", str(config_file)],
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # a process group of its own, as a terminal's job is

@@ -86,10 +86,11 @@ def train(cfg: Config, run_dir, resume: Path | bool) -> int:
     import ray
 
     from rlsys.core.failures import RunFailed, headline
+    from rlsys.driver.checkpointing import resume_hint
     from rlsys.driver.interrupt import Interrupted, first_signal_stops
     from rlsys.driver.metrics import eval_table
     from rlsys.driver.ray_init import init_ray
-    from rlsys.driver.trainer import Trainer, resume_hint
+    from rlsys.driver.trainer import Trainer
 
     started_ray, trainer = False, None
     with first_signal_stops() as stopping:

@@ -5,26 +5,38 @@
   every candidate).
 - PAE proposes new training tasks every `proposer.every` online iterations.
 
-A hook's `after_iteration(trainer)` runs once per finished iteration and returns metrics for its record.
+A hook's `after_iteration(context)` runs once per finished iteration and returns metrics for its record; the
+context is what a hook may see of the run, not the trainer.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
 
 from rlsys.config import Config
 from rlsys.data import checkpoint
 from rlsys.data.shards import ShardWriter, read_trajectories
+from rlsys.envs.tasks import TaskSource
 from rlsys.learners.registry import critic_stage_end
 
-if TYPE_CHECKING:
-    from rlsys.driver.trainer import Trainer
+
+@dataclass(frozen=True)
+class IterationContext:
+    cfg: Config
+    run_dir: Path
+    iteration: int
+    online_iteration: int  # iterations since the offline phase ended (0 or less during it)
+    tasks: TaskSource  # the training tasks, to which a hook may add
+    critic_stage: Callable[[], dict]  # Digi-Q's finished critic: its files and every offline step's scores
 
 
 class IterationHook(Protocol):
-    def after_iteration(self, trainer: Trainer) -> dict: ...
+    def after_iteration(self, context: IterationContext) -> dict: ...
 
 
 def hooks_for(cfg: Config) -> list[IterationHook]:
@@ -42,15 +54,15 @@ class CriticStage:
     def __init__(self, end: int):
         self.end = end
 
-    def after_iteration(self, trainer: Trainer) -> dict:
-        if trainer.iteration == self.end:
-            write_critic_stage(trainer)
+    def after_iteration(self, context: IterationContext) -> dict:
+        if context.iteration == self.end:
+            write_critic_stage(context)
         return {}
 
 
-def write_critic_stage(trainer: Trainer):
-    stage = trainer.learners.critic_stage()
-    run_dir = trainer.run_dir
+def write_critic_stage(context: IterationContext) -> Path:
+    stage = context.critic_stage()
+    run_dir = context.run_dir
     folder, tmp = run_dir / "critic", run_dir / ".critic-tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
@@ -60,12 +72,12 @@ def write_critic_stage(trainer: Trainer):
     scored_dir = run_dir / "scored"
     shutil.rmtree(scored_dir, ignore_errors=True)
     writer, scores = ShardWriter(scored_dir, split="scored"), stage["scores"]
-    for path in trainer.cfg.offline.data:
+    for path in context.cfg.offline.data:
         chunk = [t for t in read_trajectories(path) if t.id in scores]
         for t in chunk:
             for step, step_scores in zip(t.steps, scores[t.id]):
                 step.info["digiq"] = step.info.get("digiq", {}) | step_scores
-        writer.write(chunk, trainer.iteration)
+        writer.write(chunk, context.iteration)
     print(f"critic stage: {folder}; scores of {len(scores)} trajectories in {scored_dir}", flush=True)
     return folder
 
@@ -79,14 +91,14 @@ class TaskProposals:
         self.every = every
         self.client = None  # one client for the run, not one per round
 
-    def after_iteration(self, trainer: Trainer) -> dict:
-        online = trainer.iteration - trainer.offline_iterations
+    def after_iteration(self, context: IterationContext) -> dict:
+        online = context.online_iteration
         if online <= 0 or online % self.every:
             return {}
         from rlsys.envs.web.task_proposer import load_examples, propose_new_tasks, site_examples
         from rlsys.llm import make_client
 
-        cfg, tasks_cfg, tasks = trainer.cfg.proposer, trainer.cfg.tasks, trainer.tasks
+        cfg, tasks_cfg, tasks = context.cfg.proposer, context.cfg.tasks, context.tasks
         if cfg.examples:
             examples = load_examples(cfg.examples, tasks_cfg.url_map)
         else:

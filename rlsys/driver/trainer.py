@@ -10,76 +10,60 @@ run continues exactly where its checkpoint was taken.
 trajectories arrived since its last update, dropping data older than `max_policy_lag` versions.
 
 The runners and what they return are `rlsys/driver/collection.py`'s; what an algorithm adds between
-iterations (Digi-Q's critic stage, PAE's new tasks) is in `rlsys/driver/hooks.py`; the learner publishes
-each new version to the weight store itself.
+iterations (Digi-Q's critic stage, PAE's new tasks) is in `rlsys/driver/hooks.py`; checkpoints, resuming and a
+remote run folder in `rlsys/driver/checkpointing.py`; the learner publishes each new version to the weight store
+itself.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 import time
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from rlsys.actors.replay import ReplayBufferActor
-from rlsys.actors.weight_store import WeightStore
 from rlsys.config import Config, redacted_dict, to_dict
-from rlsys.config.run_dir import is_remote_uri
 from rlsys.core.failures import RunFailed
-from rlsys.data import checkpoint
 from rlsys.data.shards import read_trajectories
-from rlsys.data.storage import RemoteFolder, RunMirror
+from rlsys.driver.checkpointing import RunCheckpoints
 from rlsys.driver.collection import Collector
-from rlsys.driver.hooks import hooks_for
+from rlsys.driver.hooks import IterationContext, hooks_for
 from rlsys.driver.metrics import MetricsLogger, read_metrics
 from rlsys.driver.run_info import record_session
+from rlsys.driver.stores import dead_store, start_stores
 from rlsys.envs.tasks import TaskSource
-from rlsys.learners.runtime.group import LearnerFailed, LearnerGroup
 from rlsys.learners.registry import offline_phase_length, total_iterations
+from rlsys.learners.runtime.group import LearnerFailed, LearnerGroup
 from rlsys.report.run_report import RunReport
 
 log = logging.getLogger(__name__)
 
 
 class Trainer:
-    def __init__(
-        self, cfg: Config, run_dir: Path, resume: Path | bool = False, on_record: Callable[[dict], None] | None = None
-    ):
-        """`resume`: the checkpoint folder to continue from, verified already (`rlsys-train --resume`
-        chooses it before Ray starts), or True for the run's newest intact checkpoint, chosen here (a remote run's
-        once it is pulled). `on_record` is given each metrics record once it is written (`rlsys.api.train`)."""
-        self.cfg, self.run_dir, self.on_record = cfg, Path(run_dir), on_record
-        self.mirror = self._start_mirror(bool(resume))
-        record_session(self.run_dir, resumed=bool(resume))  # run_info.json: what produced this session
-        self.iteration = 0
-        self.offline_iterations = offline_phase_length(cfg)
-        self.total_iterations = total_iterations(cfg)
-        self.tasks = TaskSource(cfg.tasks, cfg.run.seed)
-        self.buffer, self.weight_store = start_stores(cfg, self.run_dir)
-        self.learners = LearnerGroup(cfg, self.buffer, self.weight_store)
-        # runners start (browser, model imports) while the learner builds and publishes weights
-        self.collector = Collector(cfg, self.buffer, self.weight_store, self.run_dir, self.tasks)
-        self.hooks = hooks_for(cfg)
-        self.report = RunReport(self.run_dir) if cfg.metrics.report else None
-        try:  # a checkpoint that does not load (or Ctrl-C meanwhile) leaves no actor behind
-            found = self._resume_point() if resume is True else resume
-            if found:
-                self._restore(Path(found).absolute())  # actors, whose working directory is not ours, read it
-            elif cfg.run.training != "online":
-                self._load_offline_data()
-            self.learners.publish()
-            self.version = ray.get(self.weight_store.get_version.remote(), timeout=60)
-        except BaseException:
-            self.shutdown()
-            raise
-        self._pending_update: list[ray.ObjectRef] | None = None
+    """The loop (`_loop`, and `run` around it) comes first; how the trainer is built, what each step does and how
+    a run is saved follow."""
+
+    def _loop(self, logger: MetricsLogger) -> None:
+        if self.iteration == 0 and self.cfg.run.eval_at_start and self.cfg.run.eval_every:
+            self._log(logger, {"iteration": 0, "policy_version": self.version, **self.evaluate()}, advance=False)
+        started = time.perf_counter()
+        while self.iteration < self.total_iterations and not self._env_steps_spent():
+            metrics = self._collect_and_update()  # the learner publishes the version it trained
+            if metrics is None:  # async: no update has finished yet
+                continue
+            self.iteration += 1
+            record = self._record(metrics, started)
+            for hook in self.hooks:  # Digi-Q's critic stage, PAE's new tasks
+                record.update(hook.after_iteration(self._hook_context()))
+            if self._due(self.cfg.run.eval_every):
+                record.update(self.evaluate())
+            self._log(logger, record)
+            if self._due(self.cfg.run.checkpoint_every):
+                self.save_checkpoint()
+            started = time.perf_counter()
 
     def run(self) -> list[dict]:
         logger = MetricsLogger(
@@ -113,24 +97,42 @@ class Trainer:
             print(f"run report: {written}", flush=True)
         return read_metrics(self.run_dir)
 
-    def _loop(self, logger: MetricsLogger) -> None:
-        if self.iteration == 0 and self.cfg.run.eval_at_start and self.cfg.run.eval_every:
-            self._log(logger, {"iteration": 0, "policy_version": self.version, **self.evaluate()}, advance=False)
-        started = time.perf_counter()
-        while self.iteration < self.total_iterations and not self._env_steps_spent():
-            metrics = self._collect_and_update()  # the learner publishes the version it trained
-            if metrics is None:  # async: no update has finished yet
-                continue
-            self.iteration += 1
-            record = self._record(metrics, started)
-            for hook in self.hooks:  # Digi-Q's critic stage, PAE's new tasks
-                record.update(hook.after_iteration(self))
-            if self._due(self.cfg.run.eval_every):
-                record.update(self.evaluate())
-            self._log(logger, record)
-            if self._due(self.cfg.run.checkpoint_every):
-                self.save_checkpoint()
-            started = time.perf_counter()
+    def __init__(
+        self, cfg: Config, run_dir: Path, resume: Path | bool = False, on_record: Callable[[dict], None] | None = None
+    ):
+        """`resume`: the checkpoint folder to continue from, verified already (`rlsys-train --resume`
+        chooses it before Ray starts), or True for the run's newest intact checkpoint, chosen here (a remote run's
+        once it is pulled). `on_record` is given each metrics record once it is written (`rlsys.api.train`)."""
+        self.cfg, self.run_dir, self.on_record = cfg, Path(run_dir), on_record
+        self.checkpoints = RunCheckpoints(cfg, self.run_dir, resume=bool(resume))
+        record_session(self.run_dir, resumed=bool(resume))  # run_info.json: what produced this session
+        self.iteration = 0
+        self.offline_iterations = offline_phase_length(cfg)
+        self.total_iterations = total_iterations(cfg)
+        self.tasks = TaskSource(cfg.tasks, cfg.run.seed)
+        self.buffer, self.weight_store = start_stores(cfg, self.run_dir)
+        self.learners = LearnerGroup(cfg, self.buffer, self.weight_store)
+        # runners start (browser, model imports) while the learner builds and publishes weights
+        self.collector = Collector(cfg, self.buffer, self.weight_store, self.run_dir, self.tasks)
+        self.hooks = hooks_for(cfg)
+        self.report = RunReport(self.run_dir) if cfg.metrics.report else None
+        try:  # a checkpoint that does not load (or Ctrl-C meanwhile) leaves no actor behind
+            found = self.checkpoints.resume_point() if resume is True else resume
+            if found:  # absolute: the actors, whose working directory is not ours, read it
+                restored = self.checkpoints.restore(Path(found).absolute(), self.learners, self.buffer, self.tasks)
+                self.iteration, self.collector.counters = restored
+            elif cfg.run.training != "online":
+                self._load_offline_data()
+            self.learners.publish()
+            self.version = ray.get(self.weight_store.get_version.remote(), timeout=60)
+        except BaseException:
+            self.shutdown()
+            raise
+        self._pending_update: list[ray.ObjectRef] | None = None
+
+    def _hook_context(self) -> IterationContext:
+        online = self.iteration - self.offline_iterations
+        return IterationContext(self.cfg, self.run_dir, self.iteration, online, self.tasks, self.learners.critic_stage)
 
     @property
     def pool(self):
@@ -210,56 +212,16 @@ class Trainer:
         self.collector.dashboard.iteration(record)
         return record
 
-    # ------------------------------------------------------------------ checkpoints and resume
+    # ------------------------------------------------------------------ checkpoints, offline data, shutdown
 
     def save_checkpoint(self) -> Path:
         if self._pending_update is not None:
             raise RuntimeError("checkpoint requested while the learner is mid-update")
-        at = checkpoint.checkpoint_root(self.run_dir.absolute()) / f"{self.iteration:06d}" / "policy"
-        learner_files = self.learners.save(str(at))  # where a LoRA base's path relative to the run is taken from
-
-        def fill(folder: Path) -> dict | None:
-            checkpoint.write_files(folder, learner_files)
-            buffer_state = ray.get(self.buffer.save.remote(str(folder), *self._replay_sources()), timeout=600)
-            checkpoint.write_json(
-                folder / "state.json",
-                {
-                    "iteration": self.iteration,
-                    "policy_version": self.version,
-                    "counters": dict(self.collector.counters),
-                    "tasks": self.tasks.state_dict(),
-                    "replay": buffer_state,
-                },
-            )
-            return buffer_state.get("shards")  # what the buffer references instead of copying
-
-        written = checkpoint.write(self.run_dir, self.iteration, fill, self.cfg.run.keep_checkpoints)
-        if self.mirror is not None:
-            self.mirror.publish_checkpoint(written, self.cfg.run.keep_checkpoints)
-        return written
-
-    def _replay_sources(self) -> tuple[list[str] | None, str | None]:
-        """The shards a checkpoint's replay buffer may reference (the run's training shards, the offline data)
-        and the run folder; (None, None) copies the buffer into the checkpoint (`run.checkpoint_replay: copy`)."""
-        if self.cfg.run.checkpoint_replay == "copy":
-            return None, None
-        sources = [self.run_dir / "trajectories", *map(Path, self.cfg.offline.data)]
-        return [str(s.resolve()) for s in sources], str(self.run_dir.resolve())
-
-    def _start_mirror(self, resume: bool) -> RunMirror | None:
-        """A remote run.output_dir: the run works in its local folder, published there (rlsys.data.storage); a
-        resume first pulls what it needs from there."""
-        if not is_remote_uri(self.cfg.run.output_dir):
-            return None
-        mirror = RunMirror(self.run_dir, RemoteFolder(self.cfg.run.output_dir))
-        if resume:
-            mirror.pull()
-        mirror.start()
-        print(f"the run folder is published to {mirror.remote.uri} at every checkpoint and at the end", flush=True)
-        return mirror
+        counters = self.collector.counters
+        return self.checkpoints.save(self.iteration, self.version, counters, self.learners, self.buffer, self.tasks)
 
     def resume_hint(self) -> str:
-        return resume_hint(self.run_dir, self.mirror.remote.uri if self.mirror else self.run_dir, self.iteration)
+        return self.checkpoints.hint(self.iteration)
 
     def _load_offline_data(self) -> None:
         trajectories = [t for path in self.cfg.offline.data for t in read_trajectories(path)]
@@ -267,84 +229,9 @@ class Trainer:
         print(f"offline data: {len(trajectories)} trajectories read, {kept} trainable ones in the buffer", flush=True)
         self.collector.counters["offline_trajectories"] = kept
 
-    def _resume_point(self) -> Path | None:
-        """The newest intact checkpoint; newer ones with a missing or damaged file are named and passed over. A
-        local run without a complete checkpoint cannot be resumed (rlsys-train refuses it before Ray
-        starts); a remote one without a published checkpoint starts from scratch."""
-        try:
-            found, passed_over = checkpoint.resume_point(self.run_dir)
-        except checkpoint.NoCheckpoint:
-            if self.mirror is None:
-                raise
-            log.warning("no published checkpoint in %s; starting from scratch", self.mirror.remote.uri)
-            return None
-        for line in passed_over:
-            log.warning("%s", line)
-        return found
-
-    def _restore(self, found: Path) -> None:
-        """Load the checkpoint `found`, verified already."""
-        state = checkpoint.read_json(found / "state.json")
-        files = checkpoint.read_files(found / "policy", "policy")
-        files["learner.pt"] = (found / "learner.pt").read_bytes()
-        self.learners.load(files, str(found.absolute() / "policy"))
-        ray.get(self.buffer.load.remote(str(found), state["replay"]), timeout=600)
-        self.iteration = state["iteration"]
-        self.collector.counters = Counter(state["counters"])
-        self.tasks.load_state_dict(state["tasks"])
-        self._truncate_metrics(self.iteration)
-        print(f"resumed from {found} at iteration {self.iteration}", flush=True)
-
-    def _truncate_metrics(self, iteration: int) -> None:
-        """Drop metric lines written after the checkpoint we resume from; they will be redone."""
-        records = [r for r in read_metrics(self.run_dir) if r["iteration"] <= iteration]
-        (self.run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-
     def shutdown(self) -> None:
         self.collector.shutdown()
         self.learners.kill()
         for actor in (self.buffer, self.weight_store):
             ray.kill(actor, no_restart=True)
-        if self.mirror is not None:  # metrics, report and shards written since the last checkpoint
-            try:
-                self.mirror.push()
-            except OSError as e:
-                log.warning("the run's last files could not be published to %s: %s", self.mirror.remote.uri, e)
-
-
-def resume_hint(run_dir: Path, target, iteration: int | None = None) -> str:
-    """How to go on after the run in `run_dir` (published to `target`, or `target` itself) stopped: from its
-    newest checkpoint, or, with none written, by starting over (a remote run resumes from scratch)."""
-    stopped = "The run stopped" + (f" at iteration {iteration}" if iteration is not None else "")
-    found = checkpoint.latest(run_dir)
-    if found is not None:
-        return f"{stopped}; the newest checkpoint is {found}. Continue with: rlsys-train --resume {target}"
-    if is_remote_uri(target):
-        return (
-            f"{stopped} with no checkpoint written (run.checkpoint_every). Continue with: rlsys-train --resume {target}"
-        )
-    return (
-        f"{stopped} with no checkpoint written (run.checkpoint_every); start it over with: rlsys-train "
-        f"--resume {target} --restart"
-    )
-
-
-def start_stores(cfg: Config, run_dir: Path) -> tuple:
-    """The replay buffer and the weight store, beside the driver: losing a worker node loses neither, and the
-    buffer spills what it evicts to the run folder (`replay/`)."""
-    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-    weight_store = ray.remote(WeightStore).options(name="weight-store", num_cpus=0, scheduling_strategy=here).remote()
-    buffer = ReplayBufferActor.options(name="replay-buffer", num_cpus=0, scheduling_strategy=here).remote(
-        cfg.replay.capacity, cfg.replay.max_bytes, cfg.run.seed, str(run_dir / "replay")
-    )
-    return buffer, weight_store
-
-
-def dead_store(stores: dict) -> str | None:
-    """The name of the first store actor in `stores` (name -> handle) that is dead or does not answer."""
-    for name, actor in stores.items():
-        try:
-            ray.get(actor.__ray_ready__.remote(), timeout=10)
-        except (RayActorError, GetTimeoutError):
-            return name
-    return None
+        self.checkpoints.publish_last()

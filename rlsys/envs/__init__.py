@@ -2,9 +2,6 @@
 are valid in it (`action_validator`). web/ is headless Chromium (any site, MiniWoB++, WebArena
 checks), android/ drives emulators through adb, sim.py is a latency model for scale tests, tasks.py
 loads task suites, and evaluators/ decides episode outcomes (programmatic checks and VLM judges).
-
-An Android env is leased from its node's emulator pool (`rlsys.actors.emulators`), so the env runner
-builds that one itself.
 """
 
 from __future__ import annotations
@@ -12,12 +9,19 @@ from __future__ import annotations
 if __name__ != "rlsys.envs":  # the top-level envs/ is a link to this folder: one name per file
     raise ImportError("import rlsys.envs, not envs: the top-level envs/ folder is a link into rlsys/")
 
+import typing
+
 from rlsys.config import EnvConfig
 from rlsys.core.types import Observation, Validator
 
+if typing.TYPE_CHECKING:
+    from rlsys.envs.android.emulator import Leases
 
-def make_env(cfg: EnvConfig, env_id: str, fuzzy_judge=None):
-    """A MiniWoB++, web or simulated env; `fuzzy_judge` answers WebArena's fuzzy_match checks."""
+
+def make_env(cfg: EnvConfig, env_id: str, fuzzy_judge=None, *, emulators: Leases | None = None):
+    """The env `cfg.kind` names. `fuzzy_judge` answers WebArena's fuzzy_match checks on the web; `emulators` lends
+    an Android env its device (an EmulatorPool here, or a runner's node pool: rlsys.actors.emulators.NodePool) and
+    gets it back when the env closes. Other kinds ignore what they do not use."""
     if cfg.kind == "miniwob":
         from rlsys.envs.web.miniwob import MiniWoBEnv
 
@@ -31,8 +35,13 @@ def make_env(cfg: EnvConfig, env_id: str, fuzzy_judge=None):
 
         return SimEnv(cfg, env_id)
     if cfg.kind == "android":
-        raise ValueError("env.kind 'android': an Android env is leased from an emulator pool (rlsys.actors.emulators)")
-    raise ValueError(f"unknown env.kind {cfg.kind!r}")
+        if emulators is None:
+            raise ValueError("env.kind 'android' plays on a leased device: make_env needs emulators= to lease it from")
+        from rlsys.envs.android.env import leased_env
+
+        return leased_env(cfg, env_id, emulators)
+    kinds = typing.get_args(typing.get_type_hints(EnvConfig)["kind"])
+    raise ValueError(f"unknown env.kind {cfg.kind!r}: one of {', '.join(kinds)}")
 
 
 def action_validator(env: EnvConfig) -> Validator:

@@ -17,6 +17,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from rlsys.config import AndroidConfig
 from rlsys.core.env import EnvBrokenError, EnvSetupError
@@ -44,6 +45,16 @@ class Lease:
     console_port: int | None = None
     snapshot: str = ""
     token_file: str = ""
+
+
+class Leases(Protocol):
+    """Where an Android env gets its device (`make_env`'s `emulators`): an EmulatorPool in this process, or a
+    runner's node pool actor (rlsys.actors.emulators.NodePool). The env hands its lease back when it closes,
+    `broken` when the device failed it."""
+
+    def acquire(self) -> Lease: ...
+
+    def release(self, serial: str, broken: bool) -> None: ...
 
 
 @dataclass

@@ -11,6 +11,7 @@ the agent ends is `unknown` until the evaluator (a judge, or a function check) d
 from __future__ import annotations
 
 import io
+import logging
 import time
 from typing import Callable
 
@@ -29,10 +30,11 @@ from rlsys.envs.android.device import (
     Screen,
     UnicodeInputError,
 )
-from rlsys.envs.android.emulator import ConsoleError, Lease, load_snapshot
+from rlsys.envs.android.emulator import ConsoleError, Lease, Leases, load_snapshot
 
 _KEY_ACTIONS = {"home": KEY_HOME, "back": KEY_BACK, "enter": KEY_ENTER}
 TERMINAL = frozenset({"complete", "impossible"})
+log = logging.getLogger(__name__)
 
 
 class AndroidEnv:
@@ -164,6 +166,23 @@ class AndroidEnv:
         release, self._release = self._release, None
         if release is not None:
             release(self.broken)
+
+
+def leased_env(cfg: EnvConfig, env_id: str, emulators: Leases) -> AndroidEnv:
+    """An AndroidEnv on a device leased from `emulators`; closing the env hands the lease back."""
+    lease = emulators.acquire()
+
+    def release(broken: bool) -> None:
+        try:
+            emulators.release(lease.serial, broken)
+        except Exception as e:  # the next acquire starts or restarts an emulator anyway
+            log.warning("%s: releasing %s failed: %s", env_id, lease.serial, e)
+
+    try:
+        return AndroidEnv(cfg, env_id, lease, release)
+    except Exception:
+        release(True)
+        raise
 
 
 def encode_png(pixels: np.ndarray, scale: float) -> bytes:

@@ -40,6 +40,7 @@ from gymnasium import spaces
 
 from rlsys.config import EnvConfig, build
 from rlsys.core.types import Observation, Task
+from rlsys.envs import make_env
 
 
 class PageText(spaces.Text):
@@ -85,7 +86,7 @@ class RlsysEnv(gymnasium.Env):
         self.cfg = env if isinstance(env, EnvConfig) else build(EnvConfig, dict(env), "env")
         self.tasks = [self._task(t) for t in tasks or ()]
         self.render_mode = render_mode
-        self._env = _make(self.cfg, serial)
+        self._env = make_env(self.cfg, "gym", emulators=_device(self.cfg, serial))
         width, height = self._image_size()
         self.observation_space = spaces.Dict(
             {
@@ -178,17 +179,15 @@ def _info(reported: dict, valid: dict) -> dict:
     return {**{k: v for k, v in reported.items() if k not in MEASURED}, **valid}
 
 
-def _make(cfg: EnvConfig, serial: str):
-    if cfg.kind == "android":
-        if not serial:
-            raise ValueError("an Android env needs serial=, the adb serial of a running device or emulator")
-        from rlsys.envs.android.emulator import Lease
-        from rlsys.envs.android.env import AndroidEnv
+def _device(cfg: EnvConfig, serial: str):
+    """What an Android env leases its device from: a pool that lends the device `serial` names and starts none."""
+    if cfg.kind != "android":
+        return None
+    if not serial:
+        raise ValueError("an Android env needs serial=, the adb serial of a running device or emulator")
+    from rlsys.envs.android.emulator import EmulatorPool
 
-        return AndroidEnv(cfg, "gym", Lease(serial))
-    from rlsys.envs import make_env
-
-    return make_env(cfg, "gym")
+    return EmulatorPool(dataclasses.replace(cfg.android, devices=[serial]))
 
 
 def _register() -> None:

@@ -3,8 +3,6 @@ from the pool on its own node, and hands it back when its env closes (a broken o
 
 from __future__ import annotations
 
-import logging
-
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -12,7 +10,6 @@ from rlsys.config import Config
 from rlsys.envs.android.emulator import EmulatorPool, Lease
 
 PREFIX = "emulator-pool-"
-log = logging.getLogger(__name__)
 
 
 @ray.remote(num_cpus=0, max_concurrency=64)  # leases boot concurrently; health checks wait on adb
@@ -53,25 +50,27 @@ def this_node_pool(cfg: Config):
     return _pool_options(ray.get_runtime_context().get_node_id()).remote(cfg, None)
 
 
-def lease_env(cfg: Config, env_id: str, timeout_s: float):
-    """An AndroidEnv on an emulator leased from this node's pool; closing the env returns the lease."""
-    from rlsys.envs.android.env import AndroidEnv
+class NodePool:
+    """The pool on the calling actor's node, as make_env leases from it (`emulators=`). Each call waits at most
+    boot_timeout_s + 60 s: a lease may have to boot an emulator, or restart a broken one, first."""
 
-    pool = this_node_pool(cfg)
-    lease = ray.get(pool.acquire.remote(), timeout=timeout_s)
+    def __init__(self, cfg: Config):
+        self.cfg = cfg
+        self.timeout_s = cfg.env.android.boot_timeout_s + 60
+        self._pool = None
 
-    def release(broken: bool) -> None:
+    @property
+    def pool(self):
+        if self._pool is None:  # found on first use, so a runner of another env kind never looks for one
+            self._pool = this_node_pool(self.cfg)
+        return self._pool
+
+    def acquire(self) -> Lease:
+        return ray.get(self.pool.acquire.remote(), timeout=self.timeout_s)
+
+    def release(self, serial: str, broken: bool) -> None:
         # waited for: a broken emulator is restarted before this runner asks for one again
-        try:
-            ray.get(pool.release.remote(lease.serial, broken), timeout=timeout_s)
-        except Exception as e:  # the next acquire starts or restarts an emulator anyway
-            log.warning("%s: releasing %s failed: %s", env_id, lease.serial, e)
-
-    try:
-        return AndroidEnv(cfg.env, env_id, lease, release)
-    except Exception:
-        release(True)
-        raise
+        ray.get(self.pool.release.remote(serial, broken), timeout=self.timeout_s)
 
 
 def shutdown_node_pools(timeout_s: float = 60.0) -> None:

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 import ray
 
 from rlsys import envs
+from rlsys.actors.emulators import NodePool
 from rlsys.actors.weight_store import pull_if_newer
 from rlsys.config import Config
 from rlsys.core.env import EnvBrokenError
@@ -19,15 +20,6 @@ from rlsys.llm import LLMError
 
 # Keys of an env's step info that the Step already holds elsewhere.
 _STEP_FIELDS = ("action", "parse_error", "action_error")
-
-
-def make_env(cfg: Config, env_id: str, fuzzy_judge=None):
-    if cfg.env.kind == "android":
-        from rlsys.actors.emulators import lease_env
-
-        # a lease may have to boot an emulator, or restart a broken one, first
-        return lease_env(cfg, env_id, timeout_s=cfg.env.android.boot_timeout_s + 60)
-    return envs.make_env(cfg.env, env_id, fuzzy_judge)
 
 
 def evaluation_seed(run_seed: int, task: Task) -> int:
@@ -84,7 +76,8 @@ class EnvRunner:
             self.envs_created += 1
             # WebArena's fuzzy_match checks ask the judge's model, when there is one
             fuzzy = self.referee.judge.fuzzy_match if self.referee.judge is not None else None
-            self.env = make_env(self.cfg, f"{self.runner_id}/env{self.envs_created}", fuzzy)
+            env_id = f"{self.runner_id}/env{self.envs_created}"
+            self.env = envs.make_env(self.cfg.env, env_id, fuzzy, emulators=NodePool(self.cfg))
         return self.env
 
     def _drop_env(self) -> None:

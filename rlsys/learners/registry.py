@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from rlsys.config import Config, DigiQConfig, LearnerConfig
+from rlsys.config import Config, LearnerConfig
+from rlsys.learners.digiq import schedule as digiq_schedule
 
 
 @dataclass(frozen=True)
@@ -36,11 +37,6 @@ def _digiq(cfg, policy, seed, device, correct_off_policy):
     return DigiQ(cfg, policy, seed=seed, device=device, correct_off_policy=correct_off_policy)
 
 
-def digiq_critic_iterations(q: DigiQConfig) -> int:
-    """Iterations of Digi-Q's critic phase: none when a finished critic is reused."""
-    return 0 if q.critic_path else q.critic_iterations
-
-
 def _digirl_offline(cfg: LearnerConfig) -> int:
     d = cfg.digirl
     return d.offline_instruction_critic_iterations + d.offline_step_critic_iterations + d.offline_actor_iterations
@@ -52,8 +48,8 @@ ALGORITHMS: dict[str, Algorithm] = {
     "digirl": Algorithm(_digirl, _digirl_offline),
     "digiq": Algorithm(
         _digiq,
-        lambda cfg: digiq_critic_iterations(cfg.digiq) + cfg.digiq.actor_iterations,
-        critic_stage_end=lambda cfg: digiq_critic_iterations(cfg.digiq),
+        lambda cfg: digiq_schedule.offline_iterations(cfg.digiq),
+        critic_stage_end=lambda cfg: digiq_schedule.critic_iterations(cfg.digiq),
     ),
 }
 

@@ -27,11 +27,11 @@ import torch.nn.functional as F
 
 from rlsys.config import LearnerConfig
 from rlsys.core.types import Trajectory
+from rlsys.learners.digiq import schedule
 from rlsys.learners.digiq.critic import CachedTextEncoder, DigiQCritic, aggregate
 from rlsys.learners.digiq.representations import Z_KEY, RepresentationMismatch, check_representations, expected_model_id
 from rlsys.learners.imitation import ActorSample, ActorUpdate
 from rlsys.learners.optim import ModuleOptimizer, train_steps
-from rlsys.learners.registry import digiq_critic_iterations
 from rlsys.learners.selection import is_validation
 from rlsys.learners.text_encoder import TextEncoder
 from rlsys.policies.image_features import PooledImageFeatures
@@ -94,7 +94,7 @@ class DigiQ:
 
     @property
     def critic_iterations(self) -> int:
-        return digiq_critic_iterations(self.d)
+        return schedule.critic_iterations(self.d)
 
     def stage(self, offline_iteration: int | None) -> str:
         if offline_iteration is None:

@@ -14,7 +14,7 @@ Timed, per repeat (median reported):
 - packed: `store.publish.remote(v, pack_state_dict(state))`, then every runner syncs; the
   clock runs from the publish call until the last runner has loaded version v.
 - torch: the same with the plain torch state dict as the publish argument (what
-  `learners/learner.py` sends today): Ray pickles torch tensors in-band, which is much slower.
+  `learners/runtime/learner.py` sends today): Ray pickles torch tensors in-band, which is much slower.
 - baseline: the same bytes through the same transport once: `ray.put` of the packed state dict
   by the driver and `ray.get` plus the same load/touch by one other actor.
 

@@ -3,12 +3,11 @@
 Every process holds the same data, draws the same micro-batches with the same RNG and trains on its
 own slice of each; gradients and loss normalisers are summed across processes, so N processes take
 exactly the optimizer steps one process would take on the whole batch. Outside a group (a single
-learner) every function here is the identity.
+learner) every function here is the identity. The group itself is set up by the learner actors
+(rlsys.learners.runtime.rendezvous).
 """
 
 from __future__ import annotations
-
-from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -49,30 +48,6 @@ def sum_gradients(params: list[torch.nn.Parameter]) -> None:
         n = g.numel()
         p.grad = flat[offset : offset + n].view_as(p).to(p.dtype)
         offset += n
-
-
-def open_rendezvous(timeout_s: float) -> dist.TCPStore:
-    """Rank 0: the group's rendezvous store, listening on a port the OS picks while binding it. Choosing a
-    free port first and binding it later loses races with other processes on a busy node (EADDRINUSE)."""
-    import ray
-
-    return dist.TCPStore(
-        ray.util.get_node_ip_address(),
-        0,
-        is_master=True,
-        wait_for_workers=False,
-        timeout=timedelta(seconds=timeout_s),
-    )
-
-
-def join(
-    store: dist.TCPStore | None, address: str, port: int, rank: int, world_size: int, backend: str, timeout_s: float
-) -> None:
-    """Join the group through rank 0's store: rank 0 passes the store it opened, the others connect to it."""
-    timeout = timedelta(seconds=timeout_s)
-    if store is None:
-        store = dist.TCPStore(address, port, is_master=False, timeout=timeout)
-    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
 
 
 def _device() -> str:

@@ -10,7 +10,7 @@ import numpy as np
 
 from rlsys.config import LearnerConfig
 from rlsys.core.types import Trajectory
-from rlsys.learners.history import HistoryView
+from rlsys.learners.history import History
 from rlsys.learners.imitation import ActorUpdate, samples_of
 from rlsys.learners.selection import above_reward_quantile, select
 
@@ -24,14 +24,14 @@ class FilteredBC:
         self.rng = random.Random(seed)
 
     def update(
-        self, trajectories: list[Trajectory], offline_iteration: int | None = None, history: HistoryView | None = None
+        self, trajectories: list[Trajectory], offline_iteration: int | None = None, history: History | None = None
     ) -> dict:
         kept = select(self.cfg, trajectories) if history is None else self._from_history(history)
         samples = samples_of(kept)
         metrics = {"learner/selected_trajectories": len(kept), "learner/samples": len(samples)}
         return metrics | self.actor.run(samples, self.cfg.updates_per_iteration)
 
-    def _from_history(self, history: HistoryView) -> list[Trajectory]:
+    def _from_history(self, history: History) -> list[Trajectory]:
         """The reward quantile over every trajectory of the run; at most `sample_trajectories` of those kept."""
         rows = history.summaries()
         ids = [rows.ids[i] for i in np.flatnonzero(above_reward_quantile(rows.rewards, self.cfg.quantile))]

@@ -1,31 +1,16 @@
-"""What an algorithm reads of the run's history (rlsys.data.history): a ReplayBuffer in this process, or the
-replay-buffer actor, seen through the same two calls."""
+"""What an algorithm reads of the run's history (rlsys.data.history): every trajectory's summary, and whole
+trajectories by id. A ReplayBuffer in this process is one; the learner actor hands its algorithm the
+replay-buffer actor through rlsys.learners.runtime.history."""
 
 from __future__ import annotations
 
-import ray
+from typing import Protocol
 
 from rlsys.core.types import Trajectory
 from rlsys.data.history import Summaries
 
-TIMEOUT_S = 600
 
+class History(Protocol):
+    def summaries(self) -> Summaries: ...
 
-class HistoryView:
-    def __init__(self, buffer, min_version: int | None = None):
-        """`buffer`: a ReplayBuffer or a ReplayBufferActor handle; `min_version`: leave out trajectories of
-        older policies (never offline data)."""
-        self.buffer = buffer
-        self.min_version = min_version
-
-    def summaries(self) -> Summaries:
-        return self._call("summaries", self.min_version)
-
-    def fetch(self, ids: list[str]) -> list[Trajectory]:
-        return self._call("fetch", ids) if ids else []
-
-    def _call(self, name: str, *args):
-        method = getattr(self.buffer, name)
-        if hasattr(method, "remote"):
-            return ray.get(method.remote(*args), timeout=TIMEOUT_S)
-        return method(*args)
+    def fetch(self, ids: list[str]) -> list[Trajectory]: ...

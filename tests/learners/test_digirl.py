@@ -12,7 +12,6 @@ from rlsys.core.types import Observation, Step, Task, Trajectory
 from rlsys.data.history import Summaries
 from rlsys.data.replay import ReplayBuffer
 from rlsys.learners.digirl.algorithm import DigiRL, Ranked, transitions_of
-from rlsys.learners.history import HistoryView
 from rlsys.learners.imitation import ActorSample, ActorUpdate
 from rlsys.learners.losses import token_mean_nll
 from rlsys.learners.selection import is_validation
@@ -190,7 +189,7 @@ def test_critic_and_curriculum_rank_the_whole_history_not_the_sample(policy, tmp
     buf = ReplayBuffer(capacity=4, max_bytes=1 << 30, history_dir=str(tmp_path / "replay"))
     surprise = traj("buy a red sofa online", BLUE, [0, 1], "s")
     buf.add([surprise] + dataset())
-    history = HistoryView(buf)
+    history = buf  # a ReplayBuffer in this process is a History
     cfg = learner_cfg(instruction_critic_steps=40, step_critic_steps=1, actor_steps=1, lam=1.0)
     algo = DigiRL(cfg, policy)
     metrics = algo.update(buf.sample(4), history=history)

@@ -12,7 +12,7 @@ from rlsys.actors.replay import ReplayBufferActor
 from rlsys.actors.weight_store import WeightStore
 from rlsys.config import ConfigError
 from rlsys.core.types import Observation, Step, Task, Trajectory
-from rlsys.learners.group import LearnerFailed, LearnerGroup
+from rlsys.learners.runtime.group import LearnerFailed, LearnerGroup
 from tests.conftest import make_config
 
 

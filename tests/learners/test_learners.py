@@ -12,7 +12,6 @@ from rlsys.core.types import Observation, Step, Task, Trajectory
 from rlsys.data.replay import ReplayBuffer
 from rlsys.learners.digirl.advantages import curriculum_scores, digirl_compat, doubly_robust, keep_mask, top_quantile
 from rlsys.learners.filtered_bc import FilteredBC
-from rlsys.learners.history import HistoryView
 from rlsys.learners.losses import clamp_probs, importance_weights, sequence_weighted_nll, token_mean_nll
 from rlsys.learners.optim import ModuleOptimizer
 from rlsys.learners.selection import non_empty, policy_lag, reward_quantile, select, shortest_successes
@@ -97,8 +96,8 @@ def test_digirl_filtered_bc_ranks_the_runs_history_not_what_memory_holds(tmp_pat
     policy = build_policy(PolicyConfig(d_model=32, d_ff=64, num_heads=2), seed=0)
     algo = FilteredBC(LearnerConfig(filter="quantile", quantile=0.8), policy)
     assert algo.ranks_history
-    assert sorted(t.id for t in algo._from_history(HistoryView(buf))) == ["x1", "x3"]  # both left memory
-    metrics = algo.update(buf.sample(2), history=HistoryView(buf))
+    assert sorted(t.id for t in algo._from_history(buf)) == ["x1", "x3"]  # both left memory
+    metrics = algo.update(buf.sample(2), history=buf)
     assert metrics["learner/selected_trajectories"] == 2 and metrics["actor/updates"] == 20
 
 

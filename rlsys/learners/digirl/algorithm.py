@@ -21,7 +21,7 @@ from rlsys.core.types import Observation, Trajectory
 from rlsys.data.history import Summaries
 from rlsys.learners.digirl.advantages import curriculum_scores, digirl_compat, doubly_robust, keep_mask, top_quantile
 from rlsys.learners.digirl.critics import InstructionCritic, StepCritic, critic_text
-from rlsys.learners.history import HistoryView
+from rlsys.learners.history import History
 from rlsys.learners.imitation import ActorSample, ActorUpdate
 from rlsys.learners.losses import success_probability, two_class_ce
 from rlsys.learners.optim import ModuleOptimizer, train_steps
@@ -74,7 +74,7 @@ class Ranked:
     fetched: list[Trajectory] = field(default_factory=list)
 
     @classmethod
-    def of(cls, history: HistoryView | None, sample: list[Trajectory]) -> Ranked:
+    def of(cls, history: History | None, sample: list[Trajectory]) -> Ranked:
         if history is None:
             by_id = {t.id: t for t in sample}
             return cls(Summaries.of(sample), lambda ids: [by_id[i] for i in ids])
@@ -130,7 +130,7 @@ class DigiRL:
         return [(stage, steps[stage])]
 
     def update(
-        self, trajectories: list[Trajectory], offline_iteration: int | None = None, history: HistoryView | None = None
+        self, trajectories: list[Trajectory], offline_iteration: int | None = None, history: History | None = None
     ) -> dict:
         """`trajectories`: the replay sample (the step critic's transitions); `history`: every trajectory of the
         run, which the instruction critic and the curriculum rank (without it, they rank the sample)."""

@@ -19,12 +19,13 @@ from rlsys.config import Config
 from rlsys.core.types import Trajectory
 from rlsys.data import checkpoint
 from rlsys.learners import distributed
-from rlsys.learners.history import HistoryView
 from rlsys.learners.registry import build_algorithm
+from rlsys.learners.runtime import rendezvous
+from rlsys.learners.runtime.history import BufferActorHistory
 from rlsys.learners.selection import policy_lag
 from rlsys.policies import build_policy
 from rlsys.policies.devices import pick_device
-from rlsys.policies.vlm import base_pointer_for, base_pointer_from
+from rlsys.policies.lora_checkpoint import base_pointer_for, base_pointer_from
 from rlsys.policies.weights import pack_state_dict
 
 
@@ -71,19 +72,19 @@ class Learner:
 
     def rendezvous(self) -> tuple[str, int]:
         """Rank 0: open the store where the group meets and say where it listens."""
-        self._store = distributed.open_rendezvous(self.cfg.learner.group_timeout_s)
+        self._store = rendezvous.open_rendezvous(self.cfg.learner.group_timeout_s)
         return self._store.host, self._store.port
 
     def join_group(self, address: str, port: int) -> int:
         backend = "nccl" if self.device.startswith("cuda") else "gloo"
         timeout_s = self.cfg.learner.group_timeout_s
-        distributed.join(self._store, address, port, self.rank, self.world_size, backend, timeout_s)
+        rendezvous.join(self._store, address, port, self.rank, self.world_size, backend, timeout_s)
         return self.rank
 
     def publish(self) -> int:
         if self.rank != 0:
             return self.version
-        packed = pack_state_dict(self.policy.state_dict())  # travels zero-copy (rlsys/weights.py)
+        packed = pack_state_dict(self.policy.state_dict())  # travels zero-copy (rlsys.policies.weights)
         ray.get(self.weight_store.publish.remote(self.version, packed), timeout=120)
         return self.version
 
@@ -97,7 +98,7 @@ class Learner:
         trained_from = self.version
         t1 = time.perf_counter()
         if getattr(self.algorithm, "ranks_history", False):
-            history = HistoryView(self.buffer, min_version)
+            history = BufferActorHistory(self.buffer, min_version)
             metrics = self.algorithm.update(trajectories, offline_iteration, history)
         else:
             metrics = self.algorithm.update(trajectories, offline_iteration)

@@ -15,7 +15,7 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from rlsys.config import Config
 from rlsys.core.failures import RunFailed
 from rlsys.core.remote_errors import cause_text, remote_traceback
-from rlsys.learners.learner import RemoteLearner
+from rlsys.learners.runtime.learner import RemoteLearner
 
 log = logging.getLogger(__name__)
 

@@ -62,9 +62,6 @@ class ActorUpdate:
         self.rng = random.Random(seed)
         self._stats: list[tuple[float, int, int]] = []
 
-    def loss(self, batch: list[ActorSample]) -> torch.Tensor:
-        return self.loss_sum(batch).mean()
-
     def loss_sum(self, batch: list[ActorSample]) -> LossSum:
         observations, actions = [s.observation for s in batch], [s.action for s in batch]
         scored = sampled_ids(batch)

@@ -51,14 +51,6 @@ def sequence_nll(token_logp: torch.Tensor, weights: torch.Tensor) -> LossSum:
     return LossSum(-(weights * token_logp.sum(-1)).sum(), float(len(weights)))
 
 
-def token_mean_nll(token_logp: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    return token_nll(token_logp, mask, weights).mean()
-
-
-def sequence_weighted_nll(token_logp: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    return sequence_nll(token_logp, weights).mean()
-
-
 def two_class_ce(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Cross-entropy of 2-logit success classifiers against 0/1 labels."""
     return F.cross_entropy(logits.float(), labels.long())

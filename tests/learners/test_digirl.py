@@ -13,7 +13,7 @@ from rlsys.data.history import Summaries
 from rlsys.data.replay import ReplayBuffer
 from rlsys.learners.digirl.algorithm import DigiRL, Ranked, transitions_of
 from rlsys.learners.imitation import ActorSample, ActorUpdate
-from rlsys.learners.losses import token_mean_nll
+from rlsys.learners.losses import token_nll
 from rlsys.learners.selection import is_validation
 from rlsys.policies import build_policy
 
@@ -164,9 +164,10 @@ def test_actor_loss_applies_clipped_importance_weights(policy):
     corrected = ActorUpdate(cfg, policy, "token_mean", correct_off_policy=True)
     plain = ActorUpdate(cfg, policy, "token_mean", correct_off_policy=False)
     with torch.no_grad():
-        expected = token_mean_nll(logp, mask, torch.tensor([np.exp(-2.0), 1.0], dtype=torch.float32))
-        assert corrected.loss(batch).item() == pytest.approx(expected.item(), rel=1e-4)
-        assert plain.loss(batch).item() == pytest.approx(token_mean_nll(logp, mask, torch.ones(2)).item(), rel=1e-4)
+        expected = token_nll(logp, mask, torch.tensor([np.exp(-2.0), 1.0], dtype=torch.float32)).mean()
+        assert corrected.loss_sum(batch).mean().item() == pytest.approx(expected.item(), rel=1e-4)
+        unweighted = token_nll(logp, mask, torch.ones(2)).mean()
+        assert plain.loss_sum(batch).mean().item() == pytest.approx(unweighted.item(), rel=1e-4)
 
 
 def test_text_encoder_loads_a_saved_roberta_folder(tmp_path):

@@ -12,7 +12,7 @@ from rlsys.core.types import Observation, Step, Task, Trajectory
 from rlsys.data.replay import ReplayBuffer
 from rlsys.learners.digirl.advantages import curriculum_scores, digirl_compat, doubly_robust, keep_mask, top_quantile
 from rlsys.learners.filtered_bc import FilteredBC
-from rlsys.learners.losses import clamp_probs, importance_weights, sequence_weighted_nll, token_mean_nll
+from rlsys.learners.losses import clamp_probs, importance_weights, sequence_nll, token_nll
 from rlsys.learners.optim import ModuleOptimizer
 from rlsys.learners.selection import non_empty, policy_lag, reward_quantile, select, shortest_successes
 from rlsys.policies import build_policy
@@ -142,9 +142,9 @@ def test_token_mean_and_sequence_losses_by_hand():
     mask = torch.tensor([[True, True, False], [True, False, False]])
     weights = torch.tensor([1.0, 2.0])
     # -(1*(-1 - 2) + 2*(-0.5)) / 3 real tokens
-    assert token_mean_nll(logp, mask, weights).item() == pytest.approx(4 / 3)
+    assert token_nll(logp, mask, weights).mean().item() == pytest.approx(4 / 3)
     # -mean(1*(-3), 2*(-0.5))
-    assert sequence_weighted_nll(logp, weights).item() == pytest.approx(2.0)
+    assert sequence_nll(logp, weights).mean().item() == pytest.approx(2.0)
 
 
 def test_probability_clamp_silences_confident_and_hopeless_tokens():

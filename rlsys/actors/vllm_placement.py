@@ -28,7 +28,7 @@ from rlsys.policies.grammar_regex import grammar_regex_or_none
 from rlsys.policies.vlm import ADAPTER_DIR, BASE_DIR, lora_base
 
 # scripts/setup-vllm.sh builds it beside the source tree
-DEFAULT_VENV = Path(__file__).resolve().parents[1] / ".venv-vllm"
+DEFAULT_VENV = Path(__file__).resolve().parents[2] / ".venv-vllm"  # rlsys/actors/ -> the checkout
 
 
 def vllm_python(setting: str) -> str:

@@ -11,7 +11,6 @@ shared folder.
 from __future__ import annotations
 
 import importlib.util
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -21,11 +20,11 @@ import ray
 from rlsys.actors.vllm_engine import RemoteVLLMEngine, engine_name
 from rlsys.config import Config, PolicyConfig
 from rlsys.config.errors import ConfigError
-from rlsys.config.model_source import model_folder
 from rlsys.core.types import ActionSample
 from rlsys.policies.causal_lm import load_tokenizer, lora_settings, prompt_ids
 from rlsys.policies.grammar_regex import grammar_regex_or_none
-from rlsys.policies.vlm import ADAPTER_DIR, BASE_DIR, lora_base
+from rlsys.policies.lora_checkpoint import BASE_DIR
+from rlsys.policies.resolve import resolve
 
 # scripts/setup-vllm.sh builds it beside the source tree
 DEFAULT_VENV = Path(__file__).resolve().parents[2] / ".venv-vllm"  # rlsys/actors/ -> the checkout
@@ -66,18 +65,17 @@ def engine_env(cfg: Config) -> dict[str, str]:
     return {"VLLM_CPU_KVCACHE_SPACE": str(cfg.policy.vllm.kv_cache_gib), "TOKENIZERS_PARALLELISM": "false"}
 
 
-def model_source(cfg: Config) -> tuple[str | None, dict[str, bytes] | None, dict | None]:
+def engine_model(cfg: Config) -> tuple[str | None, dict[str, bytes] | None, dict | None]:
     """(what vLLM loads: a folder or Hub id, or the files of a model built from config; the adapter's
-    settings when the learner publishes adapters). A checkpoint is named, never loaded here."""
+    settings when the learner publishes adapters). A checkpoint is named, never loaded here: of a LoRA
+    checkpoint vLLM loads the base, and the learner publishes the adapter, as it does whenever its model has
+    one (policy.lora.enabled, or a LoRA checkpoint) and policy.publish is not `full`."""
     policy = cfg.policy
-    adapters = policy.lora.enabled and policy.publish != "full"
     if policy.path:
-        folder = model_folder(policy.path, "policy.path")
-        if (folder / ADAPTER_DIR).is_dir():  # a LoRA checkpoint: vLLM loads its base, the adapter comes published
-            config = json.loads((folder / ADAPTER_DIR / "adapter_config.json").read_text())
-            lora = {"r": config["r"], "lora_alpha": config["lora_alpha"], "target_modules": config["target_modules"]}
-            return str(lora_base(folder)[0]), None, lora if adapters else None
-        return policy.path, None, lora_settings(policy) if adapters else None
+        base, adapter = resolve(policy)
+        if policy.publish == "full" or not (adapter or policy.lora.enabled):
+            return base.name, None, None
+        return base.name, None, adapter.settings if adapter else lora_settings(policy)
     from rlsys.policies import build_policy
 
     built = build_policy(policy, seed=cfg.run.seed)  # what the learner starts from
@@ -92,7 +90,7 @@ def start_engines(cfg: Config, weight_store, seed: int) -> list:
     """Start `policy.vllm.num_engines` engines and wait until each has loaded its model."""
     v = cfg.policy.vllm
     python = vllm_python(v.python)
-    model_dir, model_files, lora = model_source(cfg)
+    model_dir, model_files, lora = engine_model(cfg)
     if model_files is not None:
         ray.get(weight_store.put_model_files.remote(model_files), timeout=120)
     engines = [

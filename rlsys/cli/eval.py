@@ -34,6 +34,7 @@ from rlsys.envs.settings import check_env_settings
 from rlsys.envs.tasks import check_tasks
 from rlsys.policies import TORCH_FREE_KINDS as WEIGHTLESS_KINDS
 from rlsys.policies import policy_class
+from rlsys.policies.hub import fetch_models
 
 
 def main(argv=None) -> int:
@@ -68,6 +69,7 @@ def run(args, scratch: Path) -> int:
         check_env_settings(cfg.env)
         check_setup(cfg.evaluator)
         check_local_setup(cfg)
+        fetch_models(cfg)  # every Hub id into the Hugging Face cache, before Ray starts
         check_paths(cfg, offline_data=False)
         check_cluster(cfg)
         if args.checkpoint:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from rlsys import __version__
 from rlsys.config import ConfigError
-from rlsys.config.model_source import model_folder
+from rlsys.policies.hub import model_folder
 
 VISION_PREFIX = "vision_model."
 
@@ -51,7 +51,7 @@ def write_folder(out: Path, fill: Callable[[Path], None]) -> None:
 
 def lora_folder(checkpoint: Path) -> Path:
     """The policy folder of a checkpoint (CHECKPOINT/policy) or the folder itself; it must hold a LoRA adapter."""
-    from rlsys.policies.vlm import ADAPTER_DIR
+    from rlsys.policies.lora_checkpoint import ADAPTER_DIR
 
     folder = checkpoint / "policy" if (checkpoint / "policy").is_dir() else checkpoint
     if not folder.is_dir():
@@ -70,7 +70,7 @@ def merge_lora(checkpoint: Path, out: Path) -> dict:
     from peft import PeftModel
     from transformers import AutoModelForImageTextToText
 
-    from rlsys.policies.vlm import ADAPTER_DIR, lora_base
+    from rlsys.policies.lora_checkpoint import ADAPTER_DIR, lora_base
     from rlsys.policies.vlm_inputs import VisionTextInputs
 
     folder = lora_folder(checkpoint)

@@ -10,7 +10,7 @@ from typing import Any
 from rlsys.config.bounds import check_bounds
 from rlsys.config.errors import ConfigError
 from rlsys.config.evaluator import EvaluatorConfig
-from rlsys.config.model_source import is_hub_id, model_folder
+from rlsys.config.hub_id import is_hub_id
 from rlsys.config.run_dir import check_run_name
 from rlsys.config.schema import Config
 
@@ -132,7 +132,7 @@ def check_digiq(cfg: Config) -> None:
     if not q.representation.model:
         raise ConfigError(
             "learner.digiq.representation.model: name the VLM folder (or the model id) the dataset's representations "
-            "came from (python -m rlsys.digiq represent)"
+            "came from (rlsys-digiq represent)"
         )
     if not 0 < q.tau <= 1 or not 0 <= q.gamma <= 1:
         raise ConfigError(f"learner.digiq.tau must be in (0, 1] and gamma in [0, 1], got {q.tau} and {q.gamma}")
@@ -155,14 +155,15 @@ MODEL_PATH_KEYS = frozenset(
 
 
 def check_paths(cfg: Config, offline_data: bool = True) -> None:
-    """Every file or folder the config names must exist, and every Hub id must be in the Hugging Face cache
-    (where it is downloaded first unless HF_HUB_OFFLINE is set); the error names the key (run before Ray starts)."""
+    """Every file or folder the config names must exist, where a model key may name a Hugging Face Hub id instead;
+    the error names the key (run before Ray starts, after `rlsys.policies.hub.fetch_models` has put the ids' files
+    in the Hugging Face cache)."""
     for key, value in named_paths(cfg, offline_data):
         if key in MODEL_PATH_KEYS and is_hub_id(value):
-            model_folder(value, key)
-        elif key == REPRESENTATION_KEY and not Path(value).is_dir():
+            continue
+        if key == REPRESENTATION_KEY and not Path(value).is_dir():
             raise ConfigError(
-                f"{key}: {value} is neither a model folder nor a model id (name@hash, as `python -m rlsys.digiq "
+                f"{key}: {value} is neither a model folder nor a model id (name@hash, as `rlsys-digiq "
                 "represent` prints it) nor a Hugging Face Hub id (org/name)"
             )
         elif value and not Path(value).exists():

@@ -24,11 +24,12 @@ from rlsys.config.run_dir import (
     saved_config,
 )
 from rlsys.data import checkpoint
+from rlsys.driver.ray_init import check_cluster
 from rlsys.envs.android.emulator import check_local_setup
 from rlsys.envs.evaluators import check_setup
 from rlsys.envs.settings import check_env_settings
 from rlsys.envs.tasks import check_tasks
-from rlsys.driver.ray_init import check_cluster
+from rlsys.policies.hub import fetch_models
 
 
 def resumed_config_folder(resume: str) -> Path:
@@ -130,6 +131,7 @@ def prepare(
         check_env_settings(cfg.env)
         check_setup(cfg.evaluator)
         check_local_setup(cfg)
+        fetch_models(cfg)  # every Hub id into the Hugging Face cache, before Ray starts
         check_paths(cfg)
         check_cluster(cfg)  # a cluster named by address answers and lets this process in
         if resume:

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 from transformers import AutoModel, AutoTokenizer, RobertaConfig, RobertaModel
 
-from rlsys.config.model_source import model_folder
+from rlsys.policies.hub import model_folder
 
 TEXT_ENCODER_SEED = 1
 

@@ -23,10 +23,10 @@ from transformers import (
 from transformers.modeling_outputs import BaseModelOutput
 
 from rlsys.config import PolicyConfig
-from rlsys.config.model_source import model_folder
 from rlsys.core.types import ActionSample, Observation
 from rlsys.policies.base import HFPolicy, torch_dtype
 from rlsys.policies.grammar_decoding import GrammarLogitsProcessor
+from rlsys.policies.hub import model_folder
 from rlsys.policies.image_features import PooledImageFeatures
 from rlsys.policies.prompts import autoui_prompt
 from rlsys.policies.sampling import prompt_texts, samples_from, sampling_kwargs, scored_tokens

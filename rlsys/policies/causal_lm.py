@@ -32,13 +32,13 @@ from transformers import (
 )
 
 from rlsys.config import PolicyConfig
-from rlsys.config.model_source import model_folder
 from rlsys.core.types import ActionSample, Observation
 from rlsys.policies.base import HFPolicy, torch_dtype
 from rlsys.policies.grammar_decoding import GrammarLogitsProcessor
+from rlsys.policies.lora_checkpoint import ADAPTER_DIR, BASE_DIR, is_peft, without_lora
+from rlsys.policies.resolve import resolve, resolve_path
 from rlsys.policies.sampling import prompt_texts, samples_from, sampling_kwargs, scored_tokens
 from rlsys.policies.tiny_t5 import prompt_text
-from rlsys.policies.vlm import ADAPTER_DIR, BASE_DIR, _is_peft, _without_lora, lora_base
 
 END_OF_TEXT = "<|endoftext|>"
 ACTION_CUE = "\nAction: "
@@ -125,8 +125,8 @@ def load_tokenizer(cfg: PolicyConfig):
     """The policy's tokenizer without its model (what a runner needs to write prompts for an engine)."""
     if not cfg.path:
         return byte_tokenizer()
-    folder = model_folder(cfg.path, "policy.path")
-    return AutoTokenizer.from_pretrained(lora_base(folder)[0] if (folder / ADAPTER_DIR).is_dir() else folder)
+    base, _ = resolve(cfg)
+    return AutoTokenizer.from_pretrained(base.folder)
 
 
 class CausalLMPolicy(HFPolicy):
@@ -139,11 +139,11 @@ class CausalLMPolicy(HFPolicy):
         self.version = 0
         if cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        if cfg.lora.enabled and not _is_peft(model):
+        if cfg.lora.enabled and not is_peft(model):
             model = _with_lora(model, cfg)
         self.model = model.to(device=device, dtype=torch_dtype(cfg, device))
-        self.adapter_only = _is_peft(self.model) and cfg.publish != "full"
-        if cfg.publish == "adapter" and not _is_peft(self.model):
+        self.adapter_only = is_peft(self.model) and cfg.publish != "full"
+        if cfg.publish == "adapter" and not is_peft(self.model):
             raise ValueError("policy.publish = 'adapter' needs policy.lora.enabled = true")
 
     # -- building and saving
@@ -160,32 +160,30 @@ class CausalLMPolicy(HFPolicy):
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike, cfg: PolicyConfig, device: str = "cpu") -> CausalLMPolicy:
         """A model folder or Hub id, or what `save_pretrained` wrote for LoRA (`adapter/` and `base/`)."""
-        folder = model_folder(path, "policy.path")
-        adapter = folder / ADAPTER_DIR
-        base = lora_base(folder)[0] if adapter.is_dir() else folder
-        model = AutoModelForCausalLM.from_pretrained(base, dtype=torch_dtype(cfg, device))
-        if adapter.is_dir():
+        base, adapter = resolve_path(path)
+        model = AutoModelForCausalLM.from_pretrained(base.folder, dtype=torch_dtype(cfg, device))
+        if adapter is not None:
             from peft import PeftModel
 
-            model = PeftModel.from_pretrained(model, adapter, is_trainable=True)
-        return cls(model, AutoTokenizer.from_pretrained(base), cfg, device)
+            model = PeftModel.from_pretrained(model, adapter.folder, is_trainable=True)
+        return cls(model, AutoTokenizer.from_pretrained(base.folder), cfg, device)
 
     def save_pretrained(self, path: str | os.PathLike) -> None:
         """Plain models: the HF layout (model and tokenizer). LoRA: `adapter/` and the frozen base in `base/`."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        if not _is_peft(self.model):
+        if not is_peft(self.model):
             self.model.save_pretrained(path)
             self.tokenizer.save_pretrained(path)
             return
         self.model.save_pretrained(path / ADAPTER_DIR)
         base = self.model.get_base_model()
-        base.save_pretrained(path / BASE_DIR, state_dict=_without_lora(base.state_dict()))
+        base.save_pretrained(path / BASE_DIR, state_dict=without_lora(base.state_dict()))
         self.tokenizer.save_pretrained(path / BASE_DIR)
 
     def adapter_config(self) -> dict | None:
         """What an inference engine needs to write the adapter's `adapter_config.json`; None without LoRA."""
-        if not _is_peft(self.model):
+        if not is_peft(self.model):
             return None
         lora = self.model.peft_config["default"]
         return {"r": lora.r, "lora_alpha": lora.lora_alpha, "target_modules": sorted(lora.target_modules)}

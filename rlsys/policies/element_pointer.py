@@ -39,10 +39,10 @@ import torch
 from torch import nn
 
 from rlsys.config import PolicyConfig
-from rlsys.config.model_source import model_folder
 from rlsys.core.grammar import PRINTABLE, Grammar
 from rlsys.core.types import ActionSample, Observation
 from rlsys.policies.base import ModulePolicy
+from rlsys.policies.hub import model_folder
 
 CONFIG_NAME = "element_pointer.json"
 WEIGHTS_NAME = "element_pointer.pt"

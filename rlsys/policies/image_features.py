@@ -14,8 +14,8 @@ import torch
 from PIL import Image
 from transformers import Blip2VisionConfig, Blip2VisionModel
 
-from rlsys.config.model_source import model_folder
 from rlsys.core.types import Observation
+from rlsys.policies.hub import model_folder
 
 FEATURE_KEY = "blip2_pooled"
 CLIP_MEAN = np.array([0.48145466, 0.4578275, 0.40821073], dtype=np.float32)

@@ -13,10 +13,10 @@ import torch
 from transformers import ByT5Tokenizer, LogitsProcessorList, T5Config, T5ForConditionalGeneration
 
 from rlsys.config import PolicyConfig
-from rlsys.config.model_source import model_folder
 from rlsys.core.types import ActionSample, Observation
 from rlsys.policies.base import HFPolicy
 from rlsys.policies.grammar_decoding import GrammarLogitsProcessor
+from rlsys.policies.hub import model_folder
 from rlsys.policies.sampling import prompt_texts, samples_from, sampling_kwargs, scored_tokens
 
 

@@ -4,113 +4,33 @@ with `AutoModelForImageTextToText` and has a chat template (Qwen2-VL and similar
 The agent sees the prompt of its action space (PAE's by default: `Thought: ... Action: ...`)
 and the set-of-marks screenshot. LoRA (peft) on the language model's linear layers, optional 4-bit
 loading, gradient checkpointing, bf16 on GPU. With LoRA the base is frozen, so only the adapter
-is published to runners and written to checkpoints next to a pointer to (or a copy of) the base.
-The pointer (`base.json`) names a base from the Hugging Face Hub by id and commit, and a local base by its
-absolute path and, when it is near (in the same run folder), its path relative to the checkpoint, so a run
-folder can move.
+is published to runners and written to checkpoints next to a pointer to (or a copy of) the base
+(lora_checkpoint.py).
 """
 
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForImageTextToText, LogitsProcessorList
 
 from rlsys.config import PolicyConfig
-from rlsys.config.model_source import is_hub_id, model_folder, snapshot_revision
 from rlsys.core.types import ActionSample, Observation
 from rlsys.policies.base import HFPolicy, torch_dtype
 from rlsys.policies.grammar_decoding import (
     GrammarLogitsProcessor,
     neutralize_special_tokens,
 )
+from rlsys.policies.lora_checkpoint import ADAPTER_DIR, BASE_DIR, BaseSource, is_peft, without_lora, write_pointer
 from rlsys.policies.presets import PRESETS
 from rlsys.policies.prompts import agent_prompt
+from rlsys.policies.resolve import resolve_path
 from rlsys.policies.sampling import prompt_texts, samples_from, sampling_kwargs, scored_tokens
 from rlsys.policies.vlm_inputs import VisionTextInputs
-
-ADAPTER_DIR = "adapter"
-BASE_DIR = "base"
-BASE_POINTER = "base.json"
-NEAR_LEVELS = 3  # a checkpoint's policy folder is RUN/checkpoints/N/policy: three levels up is the run folder
-
-
-@dataclass(frozen=True)
-class BaseSource:
-    """Where a frozen LoRA base came from: a Hugging Face Hub id (and its commit) or a local folder."""
-
-    name: str  # a Hub id, or an absolute local path
-    revision: str | None = None
-
-    @classmethod
-    def of(cls, value: str | os.PathLike, folder: Path) -> BaseSource:
-        if is_hub_id(value):
-            return cls(str(value), snapshot_revision(folder))
-        return cls(str(Path(value).resolve()))
-
-    def pointer(self, checkpoint: Path) -> dict:
-        """The `base.json` of a checkpoint saved at `checkpoint`."""
-        if is_hub_id(self.name):
-            return {"hub_id": self.name, "revision": self.revision}
-        record = {"absolute": self.name}
-        relative = os.path.relpath(self.name, checkpoint.resolve())
-        common = Path(os.path.commonpath([self.name, checkpoint.resolve()]))
-        if Path(relative).parts.count("..") <= NEAR_LEVELS and common != Path(common.anchor):
-            record["relative"] = relative
-        return record
-
-
-def lora_base(folder: Path, anchor: Path | None = None) -> tuple[Path, BaseSource | None]:
-    """The local folder of a LoRA checkpoint's frozen base, and where it came from (None: the checkpoint's own
-    `base/` copy). A local base is looked for at its absolute path, then relative to the checkpoint: `anchor`,
-    where `folder` is a copy of, else `folder` itself."""
-    anchor = anchor or folder
-    pointer = folder / BASE_POINTER
-    if not pointer.is_file():
-        return folder / BASE_DIR, None
-    record = json.loads(pointer.read_text())
-    if record.get("hub_id"):
-        source = BaseSource(record["hub_id"], record.get("revision"))
-        return model_folder(source.name, str(anchor / BASE_POINTER), source.revision), source
-    tried = [Path(record[k]) for k in ("absolute", "relative", "path") if record.get(k)]  # "path": older pointers
-    for candidate in tried:
-        base = candidate if candidate.is_absolute() else anchor / candidate
-        if base.is_dir():
-            return base, BaseSource(str(base.resolve()))
-    raise FileNotFoundError(
-        f"{anchor / BASE_POINTER}: the LoRA base folder is not at {' nor '.join(str(p) for p in tried)}; put the "
-        f"base back there or edit {BASE_POINTER}"
-    )
-
-
-def base_pointer_for(folder: Path, place: Path) -> None:
-    """Make the `base.json` of the LoRA policy saved in `folder` hold where its files will be stored, `place`
-    (the learner saves through a temporary folder): its relative path is computed from `place`."""
-    pointer = folder / BASE_POINTER
-    if pointer.is_file():
-        record = json.loads(pointer.read_text())
-        if record.get("absolute"):
-            _write_pointer(pointer, BaseSource(record["absolute"]).pointer(place))
-
-
-def base_pointer_from(folder: Path, place: Path) -> None:
-    """Make the `base.json` of the LoRA policy in `folder`, a copy of the one stored at `place` (the learner loads
-    through a temporary folder), name the base it finds from `place` by its absolute path: a run folder that moved
-    is found through the path relative to `place`."""
-    pointer = folder / BASE_POINTER
-    if pointer.is_file() and not json.loads(pointer.read_text()).get("hub_id"):
-        base, _ = lora_base(folder, anchor=place)
-        _write_pointer(pointer, {"absolute": str(base.resolve())})
-
-
-def _write_pointer(pointer: Path, record: dict) -> None:
-    pointer.write_text(json.dumps(record, indent=1) + "\n")
 
 
 def language_model_linear_layers(model: torch.nn.Module) -> list[str]:
@@ -155,13 +75,13 @@ class VLMPolicy(HFPolicy):
         if cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             model.enable_input_require_grads()
-        if cfg.lora.enabled and not _is_peft(model):
+        if cfg.lora.enabled and not is_peft(model):
             model = _with_lora(model, cfg)
         if not cfg.load_in_4bit:
             model = model.to(device=device, dtype=torch_dtype(cfg, device))
         self.model = model
-        self.adapter_only = _is_peft(model) and cfg.publish != "full"
-        if cfg.publish == "adapter" and not _is_peft(model):
+        self.adapter_only = is_peft(model) and cfg.publish != "full"
+        if cfg.publish == "adapter" and not is_peft(model):
             raise ValueError("policy.publish = 'adapter' needs policy.lora.enabled = true")
 
     # -- building and saving
@@ -180,35 +100,31 @@ class VLMPolicy(HFPolicy):
         cls, path: str | os.PathLike, cfg: PolicyConfig, device: str = "cpu", key: str = "policy.path"
     ) -> VLMPolicy:
         """A model folder or Hub id, or a LoRA checkpoint (`adapter/` and its base)."""
-        folder = model_folder(path, key)
-        if not folder.is_dir():
-            raise FileNotFoundError(f"{key} {str(path)!r} is not a folder")
-        adapter = folder / ADAPTER_DIR
-        base, source = lora_base(folder) if adapter.is_dir() else (folder, BaseSource.of(path, folder))
+        base, adapter = resolve_path(path, key)
         model = AutoModelForImageTextToText.from_pretrained(
-            base, dtype=torch_dtype(cfg, device), quantization_config=quantization_config(cfg, device)
+            base.folder, dtype=torch_dtype(cfg, device), quantization_config=quantization_config(cfg, device)
         )
-        if adapter.is_dir():
+        if adapter is not None:
             from peft import PeftModel
 
-            model = PeftModel.from_pretrained(model, adapter, is_trainable=True)
-        return cls(model, VisionTextInputs.from_pretrained(base), cfg, device, base=source)
+            model = PeftModel.from_pretrained(model, adapter.folder, is_trainable=True)
+        return cls(model, VisionTextInputs.from_pretrained(base.folder), cfg, device, base=base.source)
 
     def save_pretrained(self, path: str | os.PathLike) -> None:
         """Plain models: the HF layout. LoRA: `adapter/` plus the base, as a pointer when it came from a folder
         or the Hub (it is frozen, so copying 14 GB per checkpoint buys nothing), else a copy."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        if not _is_peft(self.model):
+        if not is_peft(self.model):
             self.model.save_pretrained(path)
             self.inputs.save_pretrained(path)
             return
         self.model.save_pretrained(path / ADAPTER_DIR)
         if self.base is not None:
-            _write_pointer(path / BASE_POINTER, self.base.pointer(path))
+            write_pointer(path, self.base)
         else:
             base = self.model.get_base_model()
-            base.save_pretrained(path / BASE_DIR, state_dict=_without_lora(base.state_dict()))
+            base.save_pretrained(path / BASE_DIR, state_dict=without_lora(base.state_dict()))
             self.inputs.save_pretrained(path / BASE_DIR)
 
     # -- acting
@@ -272,15 +188,6 @@ class VLMPolicy(HFPolicy):
         mask = torch.arange(width, device=targets.device).unsqueeze(0) >= (width - lengths).unsqueeze(1)
         grammars = self.grammars(observations)
         return scored_tokens(logits, targets, mask, self.cfg.temperature, grammars, self.tokens), mask
-
-
-def _without_lora(state: dict) -> dict:
-    """The base model's own weights from a LoRA-wrapped state dict."""
-    return {k.replace(".base_layer.", "."): v for k, v in state.items() if "lora_" not in k}
-
-
-def _is_peft(model) -> bool:
-    return hasattr(model, "peft_config")
 
 
 def _with_lora(model, cfg: PolicyConfig):

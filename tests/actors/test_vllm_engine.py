@@ -2,6 +2,7 @@
 builds) serving a tiny causal_lm policy built from config: constrained sampling, the behaviour log-probs
 against the learner's teacher forcing, and new weights served between requests."""
 
+import json
 import os
 import re
 import signal
@@ -14,9 +15,11 @@ from rlsys.actors.weight_store import WeightStore
 from rlsys.config.errors import ConfigError
 from rlsys.core.grammar import Grammar
 from rlsys.policies import build_policy
+from rlsys.policies.causal_lm import lora_settings
 from rlsys.policies.grammar_regex import grammar_regex
 from rlsys.policies.weights import pack_state_dict
 from tests.conftest import make_config
+from tests.policies.hub_cache import fill_hub_cache
 from tests.policies.test_policy import observation
 
 POLICY = {"kind": "causal_lm", "d_model": 128, "d_ff": 256, "num_layers": 2, "max_prompt_tokens": 200}
@@ -103,6 +106,27 @@ def test_what_an_engine_cannot_serve_is_refused_when_the_config_loads(tmp_path):
         make_config(tmp_path, policy__placement="vllm")
     with pytest.raises(ConfigError, match="policy.publish"):  # the engine would get a LoRA model's full weights
         vllm_config(tmp_path, policy__lora={"enabled": True}, policy__publish="full")
+
+
+def test_an_engine_loads_the_base_the_resolver_names_and_the_adapter_settings_of_its_checkpoint(tmp_path, monkeypatch):
+    from rlsys.actors.vllm_placement import engine_model
+
+    lora = {"enabled": True, "r": 4, "alpha": 8, "dropout": 0.0}
+    build_policy(vllm_config(tmp_path, policy__lora=lora).policy, seed=1).save_pretrained(tmp_path / "ckpt")
+    written = json.loads((tmp_path / "ckpt" / "adapter" / "adapter_config.json").read_text())
+    settings = {k: written[k] for k in ("r", "lora_alpha", "target_modules")}
+    # a LoRA checkpoint: vLLM loads its base and the adapters the learner publishes, whether or not the config
+    # asks for LoRA itself (the checkpoint's model has the adapter, so the learner publishes it alone)
+    for enabled in (True, False):
+        cfg = vllm_config(tmp_path, policy__path=str(tmp_path / "ckpt"), policy__lora=lora | {"enabled": enabled})
+        assert engine_model(cfg) == (str(tmp_path / "ckpt" / "base"), None, settings)
+    # a whole model by Hub id: the id, which each engine's machine finds in its own cache
+    build_policy(vllm_config(tmp_path).policy, seed=2).save_pretrained(tmp_path / "whole")
+    fill_hub_cache(tmp_path / "hf-cache", "tiny-org/tiny-lm", tmp_path / "whole")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    cfg = vllm_config(tmp_path, policy__path="tiny-org/tiny-lm", policy__lora=lora)
+    assert engine_model(cfg) == ("tiny-org/tiny-lm", None, lora_settings(cfg.policy))
+    assert engine_model(vllm_config(tmp_path, policy__path="tiny-org/tiny-lm")) == ("tiny-org/tiny-lm", None, None)
 
 
 def test_a_killed_engine_is_restarted_and_serves_the_newest_weights(engine):

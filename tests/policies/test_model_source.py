@@ -13,9 +13,10 @@ import torch
 from transformers import RobertaModel
 
 from rlsys.config import ConfigError, check_paths
-from rlsys.config.model_source import is_hub_id, model_folder
+from rlsys.config.hub_id import is_hub_id
 from rlsys.learners.text_encoder import TextEncoder
 from rlsys.policies import build_policy
+from rlsys.policies.hub import fetch_models, model_folder
 from rlsys.policies.image_features import PooledImageFeatures, tiny_vision
 from tests.conftest import make_config
 from tests.policies.hub_cache import fill_hub_cache
@@ -58,6 +59,7 @@ def test_a_hub_id_loads_offline_from_the_cache_through_from_pretrained(tmp_path,
     policy.save_pretrained(tmp_path / "saved")
     snapshot = fill_hub_cache(cache, "tiny-org/tiny-vlm", tmp_path / "saved")
     cfg = make_config(tmp_path, policy__kind="vlm", policy__arch="qwen2_vl", policy__path="tiny-org/tiny-vlm")
+    fetch_models(cfg)
     check_paths(cfg)
     assert model_folder("tiny-org/tiny-vlm", "policy.path") == snapshot
     loaded = build_policy(config("qwen2_vl", path="tiny-org/tiny-vlm"))
@@ -101,8 +103,9 @@ def test_a_text_encoder_by_hub_id(tmp_path, cache):
 )
 def test_an_id_missing_offline_names_the_key_the_id_and_the_cache(tmp_path, cache, overrides, key):
     cfg = make_config(tmp_path, **overrides)
+    check_paths(cfg)  # the config's own check accepts a Hub id: fetching its files is the policies' part
     with pytest.raises(ConfigError) as err:
-        check_paths(cfg)
+        fetch_models(cfg)
     message = str(err.value)
     assert message.startswith(f"{key}: tiny-org/not-cached ") and str(cache) in message, message
     assert "HF_HUB_OFFLINE" in message and "hf download tiny-org/not-cached" in message
@@ -124,7 +127,8 @@ def test_a_fresh_process_resolves_a_hub_id_config_from_the_environments_cache(tm
     )
     script = (
         "import sys; from rlsys.config import load_config, check_paths; from rlsys.policies import build_policy\n"
-        "cfg = load_config(sys.argv[1]); check_paths(cfg); policy = build_policy(cfg.policy)\n"
+        "from rlsys.policies.hub import fetch_models\n"
+        "cfg = load_config(sys.argv[1]); fetch_models(cfg); check_paths(cfg); policy = build_policy(cfg.policy)\n"
         "print(type(policy).__name__, policy.base.name, policy.base.revision)\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}

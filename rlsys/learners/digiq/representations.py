@@ -25,9 +25,10 @@ import numpy as np
 import torch
 
 from rlsys.config import PolicyConfig
-from rlsys.config.model_source import is_hub_id, model_folder
+from rlsys.config.hub_id import is_hub_id
 from rlsys.core.types import Observation, Trajectory
 from rlsys.learners.digiq.screen_change import CHANGE_PROMPT
+from rlsys.policies.hub import model_folder
 
 METHODS = ("answer_state", "generated_mean")
 Z_KEY = "digiq_z"
@@ -59,7 +60,7 @@ def model_id(path: str | os.PathLike) -> str:
     A LoRA folder's base counts as if it were its `base/`, whether it is a copy there or a pointer
     (`base.json`) to another folder or a Hub id, so the id does not depend on where the base lives; it
     does not depend on where the folder itself lives either."""
-    from rlsys.policies.vlm import ADAPTER_DIR, BASE_DIR, BASE_POINTER, lora_base
+    from rlsys.policies.lora_checkpoint import ADAPTER_DIR, BASE_DIR, BASE_POINTER, lora_base
 
     folder = model_folder(path, MODEL_KEY).resolve()
     if not folder.is_dir():

@@ -1,10 +1,9 @@
-"""Where a model the config names lives: a local folder, or a Hugging Face Hub id (`org/name`) resolved
-through the Hugging Face cache (HF_HUB_CACHE, else HF_HOME/hub), which is filled from the Hub unless
-HF_HUB_OFFLINE is set.
+"""The files of a model the config names by Hugging Face Hub id (`org/name`): its snapshot in the Hugging Face
+cache (HF_HUB_CACHE, else HF_HOME/hub), which is filled from the Hub unless HF_HUB_OFFLINE is set. Whether a value
+is an id or a path is the config's check of the string (rlsys/config/hub_id.py).
 
-A value is a path when it is not a string, starts with `/`, `./`, `../` or `~`, or exists; otherwise it is a
-Hub id when it is spelled like one. A snapshot already in the cache is used as it is (no network); one that is
-not is downloaded whole, less other frameworks' weights (and pickled weights when safetensors are there).
+A snapshot already in the cache is used as it is (no network); one that is not is downloaded whole, less other
+frameworks' weights (and pickled weights when safetensors are there).
 """
 
 from __future__ import annotations
@@ -12,9 +11,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from rlsys.config import Config
+from rlsys.config.checks import MODEL_PATH_KEYS, named_paths
 from rlsys.config.errors import ConfigError
+from rlsys.config.hub_id import is_hub_id
 
-PATH_PREFIXES = ("/", "./", "../", "~", ".\\", "..\\")
 OTHER_FORMATS = [
     "*.h5",
     "*.msgpack",
@@ -30,21 +31,6 @@ OTHER_FORMATS = [
 ]
 PICKLED_WEIGHTS = ["*.bin", "*.pt", "*.pth", "*.ckpt"]
 TRUE = ("1", "true", "yes", "on")
-
-
-def is_hub_id(value: str | os.PathLike | None) -> bool:
-    """Whether `value` names a model on the Hugging Face Hub rather than a local path."""
-    if not isinstance(value, str) or not value or value.startswith(PATH_PREFIXES) or value in (".", ".."):
-        return False
-    if Path(value).exists():
-        return False
-    from huggingface_hub.utils import validate_repo_id
-
-    try:
-        validate_repo_id(value)
-    except ValueError:
-        return False
-    return True
 
 
 def hub_cache() -> Path:
@@ -119,3 +105,13 @@ def _download(repo_id: str, revision: str | None, cache: Path) -> str:
     files = HfApi().list_repo_files(repo_id, revision=revision)
     ignore = OTHER_FORMATS + (PICKLED_WEIGHTS if any(f.endswith(".safetensors") for f in files) else [])
     return snapshot_download(repo_id, revision=revision, cache_dir=cache, ignore_patterns=ignore)
+
+
+def fetch_models(cfg: Config) -> None:
+    """Every Hub id the config names for this run, in the Hugging Face cache: downloaded there now unless it is
+    there already or HF_HUB_OFFLINE is set (then a missing one is an error naming the key, the id and the cache).
+    The driver runs it before Ray starts (then `check_paths` for the local paths), so that no actor downloads or
+    fails on its own."""
+    for key, value in named_paths(cfg, offline_data=False):
+        if key in MODEL_PATH_KEYS and is_hub_id(value):
+            model_folder(value, key)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
-from rlsys.actors.inference_server import start_servers
+from rlsys.actors.placement import start_acting_actors
 from rlsys.actors.runner import RemoteEnvRunner
 from rlsys.config import Config
 from rlsys.core.remote_errors import FailureLog, cause_text
@@ -59,17 +59,6 @@ def judging_allowance_s(cfg: Config) -> float:
     return verdicts * cfg.evaluator.pool.deadline_s
 
 
-def start_policy_servers(cfg: Config, weight_store, seed: int) -> list:
-    """The actors that act for the runners: inference servers, vLLM engines, or none (`policy.placement`)."""
-    if cfg.policy.placement == "server":
-        return start_servers(cfg, weight_store, seed)
-    if cfg.policy.placement == "vllm":
-        from rlsys.actors.vllm_placement import start_engines  # imports the policy's tokenizer code
-
-        return start_engines(cfg, weight_store, seed)
-    return []
-
-
 class RunnerPool:
     def __init__(self, cfg: Config, weight_store, seed: int = 0):
         self.cfg = cfg
@@ -80,7 +69,7 @@ class RunnerPool:
         self._generation = [0] * n
         self._failures = [0] * n  # consecutive failures per slot, for the backoff
         self.placement: list[dict] = [{} for _ in range(n)]  # each slot's runner's status() when it started
-        self.servers = start_policy_servers(cfg, weight_store, seed)
+        self.servers = start_acting_actors(cfg, weight_store, seed)
         self.evaluator = start_pool(cfg.evaluator, seed) if cfg.evaluator.uses_judge else None
         self.emulator_pools = []
         if cfg.env.kind == "android":

@@ -11,6 +11,7 @@ import ray
 
 from rlsys import envs
 from rlsys.actors.emulators import NodePool
+from rlsys.actors.placement import runner_policy
 from rlsys.actors.weight_store import pull_if_newer
 from rlsys.config import Config
 from rlsys.core.env import EnvBrokenError
@@ -29,20 +30,9 @@ def evaluation_seed(run_seed: int, task: Task) -> int:
     return zlib.crc32(f"{run_seed}/{task.id}".encode())
 
 
-def served_policy(cfg: Config, server):
-    """A runner's view of the actor that acts for it (`policy.placement` server or vllm)."""
-    if cfg.policy.placement == "vllm":
-        from rlsys.actors.vllm_placement import EnginePolicy
-
-        return EnginePolicy(server, cfg.policy)
-    from rlsys.actors.inference_server import ServedPolicy
-
-    return ServedPolicy(server)
-
-
 class EnvRunner:
     def __init__(self, runner_id: str, cfg: Config, weight_store, seed: int, policy_server=None, evaluator=None):
-        from rlsys.policies import build_policy, needs_torch
+        from rlsys.policies import needs_torch
 
         self.runner_id = runner_id
         self.cfg = cfg
@@ -55,9 +45,8 @@ class EnvRunner:
             import torch
 
             torch.set_num_threads(1)  # many runners share few cores; inference is tiny
-        # Built like the learner's (run seed), so a frozen base matches when only adapters are
-        # published; this runner's own seed then drives its sampling.
-        self.policy = served_policy(cfg, policy_server) if self.served else build_policy(cfg.policy, seed=cfg.run.seed)
+        # a replica is built with the run seed (runner_policy); this runner's own seed then drives its sampling
+        self.policy = runner_policy(cfg, policy_server)
         if self.uses_torch:
             torch.manual_seed(seed)
         elif hasattr(self.policy, "manual_seed"):  # a policy that samples without torch has its own generator

@@ -11,6 +11,7 @@ from rlsys.config.bounds import check_bounds
 from rlsys.config.errors import ConfigError
 from rlsys.config.evaluator import EvaluatorConfig
 from rlsys.config.hub_id import is_hub_id
+from rlsys.config.policy import PolicyConfig
 from rlsys.config.run_dir import check_run_name
 from rlsys.config.schema import Config
 
@@ -40,15 +41,7 @@ def check_consistency(cfg: Config) -> None:
             f"policy.kind = 'tiny_t5' decodes with the element grammar; set env.action_space = 'element' "
             f"(got {cfg.env.action_space!r})"
         )
-    if cfg.policy.placement == "vllm" and cfg.policy.kind != "causal_lm":
-        raise ConfigError(
-            f"policy.placement = 'vllm' serves text policies (policy.kind = 'causal_lm'), got {cfg.policy.kind!r}"
-        )
-    if cfg.policy.placement == "vllm" and cfg.policy.lora.enabled and cfg.policy.publish == "full":
-        raise ConfigError(
-            "policy.placement = 'vllm' with LoRA serves the adapter on the engine's base: set policy.publish "
-            "to 'auto' or 'adapter' (not 'full')"
-        )
+    check_placement(cfg.policy)
     if cfg.policy.prompt == "auto":
         if cfg.policy.kind in ("vlm", "api") and cfg.env.action_space == "coords":
             raise ConfigError("no packaged prompt for env.action_space 'coords'; set policy.prompt to a .txt template")
@@ -64,6 +57,19 @@ def check_consistency(cfg: Config) -> None:
             raise ConfigError("proposer.every: MiniWoB++ tasks are fixed; proposing tasks needs a web suite")
         if not cfg.proposer.llm.model_id:
             raise ConfigError("proposer.every is set but proposer.llm.model_id names no model")
+
+
+def check_placement(policy: PolicyConfig) -> None:
+    """What `policy.placement` asks of the rest of the policy (what acts for a runner: rlsys/actors/placement.py)."""
+    if policy.placement == "vllm" and policy.kind != "causal_lm":
+        raise ConfigError(
+            f"policy.placement = 'vllm' serves text policies (policy.kind = 'causal_lm'), got {policy.kind!r}"
+        )
+    if policy.placement == "vllm" and policy.lora.enabled and policy.publish == "full":
+        raise ConfigError(
+            "policy.placement = 'vllm' with LoRA serves the adapter on the engine's base: set policy.publish "
+            "to 'auto' or 'adapter' (not 'full')"
+        )
 
 
 def check_evaluator(ev: EvaluatorConfig) -> None:

@@ -8,7 +8,7 @@ A = Q - V (heads aggregated by min or max), and the best is imitated when its cl
 exceeds the threshold.
 
 Each step of the dataset carries `info["digiq"]["candidates"]` (index 0 the dataset action) and
-`observation.features[Z_KEY]`, one representation row per candidate (`python -m rlsys.digiq`).
+`observation.features[Z_KEY]`, one representation row per candidate (`rlsys-digiq`).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """rlsys: distributed actor-learner reinforcement learning for agents that operate phones and browsers.
 
-The library lives in subpackages (core, config, data, policies, llm, and, installed from beside this
-folder, envs, learners and actors); the modules directly in this folder are the CLIs and the driver.
-See docs/architecture.md."""
+The library (core, config, llm, policies, data), the environments (envs), the Ray actors (actors), the algorithms
+(learners), and above them the driver, the report and the console scripts (driver, report, cli); api.py is the
+Python API. See docs/architecture.md#layout."""
 
 from importlib.metadata import PackageNotFoundError, version
 

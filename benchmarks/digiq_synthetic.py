@@ -1,6 +1,6 @@
 """Digi-Q on a synthetic offline dataset with a known better action, and representation throughput.
 
-The dataset (tests/digiq_data.py): two-step episodes whose second action decides the outcome;
+The dataset (tests/support/digiq_data.py): two-step episodes whose second action decides the outcome;
 `click [2]` succeeds with probability 0.9, the other three with 0.1, and the behaviour policy picks
 uniformly (about 30% success). The pipeline is the product's: candidates sampled from a tiny T5 policy
 at temperature 1.2 inside the action grammar, z(s, a) from a tiny LLaVA saved and loaded like a
@@ -33,7 +33,7 @@ from rlsys.learners.digiq.algorithm import DigiQ  # noqa: E402
 from rlsys.learners.digiq.candidates import sample_candidates  # noqa: E402
 from rlsys.learners.digiq.representations import RepresentationProvider, annotate  # noqa: E402
 from rlsys.policies import build_policy  # noqa: E402
-from tests.digiq_data import GOOD, P_SUCCESS, synthetic_dataset, tiny_learner  # noqa: E402
+from tests.support.digiq_data import GOOD, P_SUCCESS, synthetic_dataset, tiny_learner  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "digiq_synthetic.json"
 

@@ -31,7 +31,7 @@ from PIL import Image  # noqa: E402
 from rlsys.config import EvaluatorConfig, EvaluatorPoolConfig, JudgeConfig  # noqa: E402
 from rlsys.core.types import Observation, Step, Task, Trajectory  # noqa: E402
 from rlsys.envs.evaluators.pool import PoolJudge, start_pool  # noqa: E402
-from tests.http_stubs import OpenAIStub, Reply  # noqa: E402
+from tests.support.http_stubs import OpenAIStub, Reply  # noqa: E402
 
 
 def screenshot() -> bytes:

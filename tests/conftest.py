@@ -235,9 +235,9 @@ def fake_sdk(tmp_path, adb_server):
 
 @pytest.fixture(scope="module")
 def s3():
-    """A real S3-protocol server on 127.0.0.1 (tests/s3_server.py) with a bucket named `bucket`, this process's
+    """A real S3-protocol server on 127.0.0.1 (tests/support/s3_server.py) with a bucket named `bucket`, this process's
     AWS variables pointing at it; yields those variables for a child process's environment."""
-    from tests.s3_server import s3_server
+    from tests.support.s3_server import s3_server
 
     with s3_server() as variables:
         yield variables

@@ -14,8 +14,8 @@ from rlsys import __version__
 from rlsys.cli.models import main
 from rlsys.policies import build_policy
 from rlsys.policies.image_features import PooledImageFeatures
-from tests.policies.hub_cache import fill_hub_cache
 from tests.policies.test_policy_vlm import config, lora_config, observation, train_a_little
+from tests.support.hub_cache import fill_hub_cache
 
 
 def lora_checkpoint(tmp_path, base: str):

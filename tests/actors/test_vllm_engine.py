@@ -19,8 +19,8 @@ from rlsys.policies.causal_lm import lora_settings
 from rlsys.policies.grammar_regex import grammar_regex
 from rlsys.policies.weights import pack_state_dict
 from tests.conftest import make_config
-from tests.policies.hub_cache import fill_hub_cache
 from tests.policies.test_policy import observation
+from tests.support.hub_cache import fill_hub_cache
 
 POLICY = {"kind": "causal_lm", "d_model": 128, "d_ff": 256, "num_layers": 2, "max_prompt_tokens": 200}
 TOLERANCE = 0.02  # nats per action of up to 12 tokens

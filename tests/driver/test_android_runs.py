@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from rlsys.cli.eval import main as eval_main
-from tests.http_stubs import OpenAIStub, Recorded, Reply
+from tests.support.http_stubs import OpenAIStub, Recorded, Reply
 
 pytestmark = pytest.mark.usefixtures("stub_api_env")
 

@@ -18,7 +18,7 @@ from rlsys.envs import action_validator
 from rlsys.learners.digiq.candidates import sample_candidates
 from rlsys.learners.digiq.representations import Z_KEY
 from rlsys.policies import build_policy
-from tests.digiq_data import ACTIONS, GOOD, P_SUCCESS, synthetic_dataset, tiny_learner
+from tests.support.digiq_data import ACTIONS, GOOD, P_SUCCESS, synthetic_dataset, tiny_learner
 
 K = 5
 

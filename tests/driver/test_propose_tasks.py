@@ -18,7 +18,7 @@ from rlsys.envs.web.task_files import load_task_file
 from rlsys.envs.web.task_proposer import normalize_question, propose, propose_new_tasks
 from rlsys.llm import make_client
 from tests.conftest import make_config
-from tests.http_stubs import BedrockStub, OpenAIStub, Recorded, Reply
+from tests.support.http_stubs import BedrockStub, OpenAIStub, Recorded, Reply
 
 BEDROCK_MODEL = "anthropic.claude-3-sonnet-20240229-v1:0"
 OPENAI_MODEL = "Qwen/Qwen2-VL-7B-Instruct"

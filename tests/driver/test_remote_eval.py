@@ -24,7 +24,7 @@ from rlsys.data.shards import read_trajectories, write_shard
 from rlsys.data.storage import RemoteFolder, RunMirror
 from rlsys.policies import build_policy
 from tests.driver.test_eval_cli import EPISODES, run_eval, sim_config
-from tests.s3_server import SECRET_KEY
+from tests.support.s3_server import SECRET_KEY
 
 
 @pytest.fixture

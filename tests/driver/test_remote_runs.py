@@ -14,7 +14,7 @@ from rlsys.config import to_dict
 from rlsys.data.storage import RemoteFolder, published_checkpoints
 from rlsys.driver.metrics import read_metrics
 from tests.driver.test_fault_tolerance import sim_config
-from tests.s3_server import secrets_in
+from tests.support.s3_server import secrets_in
 
 URI = "s3://bucket/run"
 

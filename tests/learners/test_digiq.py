@@ -9,7 +9,7 @@ from rlsys.learners.digiq.algorithm import DigiQ, step_refs
 from rlsys.learners.digiq.representations import Z_KEY, RepresentationMismatch
 from rlsys.learners.registry import offline_phase_length
 from rlsys.policies import build_policy
-from tests.digiq_data import ACTIONS, GOOD, synthetic_dataset, with_candidates
+from tests.support.digiq_data import ACTIONS, GOOD, synthetic_dataset, with_candidates
 
 MODEL = "tiny-change-vlm@0123456789abcdef"
 Z_DIM = 8

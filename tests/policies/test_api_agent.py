@@ -31,7 +31,7 @@ from rlsys.llm import (
 )
 from rlsys.policies.api_agent import ApiAgentPolicy, ApiPolicyError
 from tests.conftest import FAKE_ACCESS_KEY
-from tests.http_stubs import BedrockStub, OpenAIStub, Recorded, Reply
+from tests.support.http_stubs import BedrockStub, OpenAIStub, Recorded, Reply
 
 BEDROCK_MODEL = "anthropic.claude-3-5-sonnet-20240620-v1:0"
 OPENAI_MODEL = "Qwen/Qwen2-VL-7B-Instruct"

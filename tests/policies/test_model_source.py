@@ -19,8 +19,8 @@ from rlsys.policies import build_policy
 from rlsys.policies.hub import fetch_models, model_folder
 from rlsys.policies.image_features import PooledImageFeatures, tiny_vision
 from tests.conftest import make_config
-from tests.policies.hub_cache import fill_hub_cache
 from tests.policies.test_policy_vlm import config, lora_config, mixed_batch, observation, train_a_little
+from tests.support.hub_cache import fill_hub_cache
 
 ACTIONS = ["click [1]", "type [0] hello", "click [4]"]
 

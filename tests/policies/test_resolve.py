@@ -11,8 +11,8 @@ from rlsys.config import ConfigError
 from rlsys.policies import build_policy
 from rlsys.policies.lora_checkpoint import BaseSource
 from rlsys.policies.resolve import resolve
-from tests.policies.hub_cache import fill_hub_cache
 from tests.policies.test_causal_lm import CFG, LORA, observations
+from tests.support.hub_cache import fill_hub_cache
 
 ACTIONS = ["click [1]", "type [0] hello", "click [4]"]
 

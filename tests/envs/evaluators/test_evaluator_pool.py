@@ -19,7 +19,7 @@ from rlsys.envs.evaluators.judges import JudgeQuery
 from rlsys.envs.evaluators.pool import EvaluatorPool, PoolJudge, TokenBucket, start_pool
 from rlsys.envs.evaluators.referee import Referee
 from tests.conftest import make_config
-from tests.http_stubs import BedrockStub, GeminiStub, OpenAIStub, Reply, api_key
+from tests.support.http_stubs import BedrockStub, GeminiStub, OpenAIStub, Reply, api_key
 
 YES = "The page shows it.\nVerdict: SUCCESS"
 NO = "Not shown.\nVerdict: NOT SUCCESS"

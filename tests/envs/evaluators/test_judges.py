@@ -23,7 +23,7 @@ from rlsys.envs.evaluators.judges import (
     parse_status,
 )
 from rlsys.llm import GeminiClient, LLMError
-from tests.http_stubs import GeminiStub, Reply, api_key
+from tests.support.http_stubs import GeminiStub, Reply, api_key
 
 GEMINI_KEY = "AIza-stub-key-0123456789"
 

@@ -106,6 +106,39 @@ def assert_no_browsers_left(t0: float, timeout: float = 15.0) -> None:
     assert not browsers_started_after(t0), f"browsers outlived the run: {browsers_started_after(t0)}"
 
 
+@pytest.fixture(scope="module")
+def browser():
+    """A headless Chromium that logs every request the page makes (the run report's pages are checked in it)."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    chromium, chromedriver = _chromium_paths()
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1400,1000",
+        "--disable-background-networking",
+        "--disable-component-update",
+    ):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"performance": "ALL", "browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(executable_path=chromedriver), options=options)
+    driver.network_log = []  # every performance entry, kept across tests (reading the log drains it)
+    yield driver
+    driver.quit()
+
+
+def load(driver, path):
+    """Open the file at `path` in the `browser` fixture's Chromium, keeping the requests it made."""
+    driver.get(path.as_uri())
+    driver.network_log += driver.get_log("performance")
+    return driver
+
+
 SITE_DIR = os.path.join(os.path.dirname(__file__), "site")
 MINIMAL_PDF = (
     b"%PDF-1.4\n1 0 obj<</Type/Catalog/Pages 2 0 R>>endobj 2 0 obj<</Type/Pages/Kids[3 0 R]/Count 1>>endobj "

@@ -200,7 +200,7 @@ def test_the_runs_own_report_renders_in_a_browser(sync_run, browser):
     screenshot loaded, and nothing fetched from the network."""
     from selenium.webdriver.common.by import By
 
-    from tests.driver.conftest import load
+    from tests.conftest import load
 
     cfg, records = sync_run
     page = cfg.output_dir / "report.html"

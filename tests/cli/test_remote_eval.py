@@ -23,7 +23,7 @@ from rlsys.data import checkpoint
 from rlsys.data.shards import read_trajectories, write_shard
 from rlsys.data.storage import RemoteFolder, RunMirror
 from rlsys.policies import build_policy
-from tests.driver.test_eval_cli import EPISODES, run_eval, sim_config
+from tests.cli.test_eval_cli import EPISODES, run_eval, sim_config
 from tests.support.s3_server import SECRET_KEY
 
 

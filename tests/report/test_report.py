@@ -19,7 +19,7 @@ from rlsys.cli.report import main
 from rlsys.core.types import Observation, Step, Task, Trajectory
 from rlsys.data.shards import ShardWriter, to_table
 from rlsys.report.run_report import RunReport, write_report
-from tests.driver.conftest import load
+from tests.conftest import load
 
 TASKS = ("click-test-2", "click-tab", "focus-text-2")
 SIZE = (400, 300)

@@ -14,10 +14,10 @@ from PIL import Image, ImageDraw
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
-from rlsys import report as report_module
 from rlsys.cli.report import main
 from rlsys.core.types import Observation, Step, Task, Trajectory
 from rlsys.data.shards import ShardWriter, to_table
+from rlsys.report import run_report as report_module
 from rlsys.report.run_report import RunReport, write_report
 from tests.conftest import load
 

@@ -17,13 +17,13 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import ByT5Tokenizer, PreTrainedTokenizerFast
 
-from rlsys.core.grammar import PRINTABLE, Choice, Grammar, Int, Literal, Matcher, Text
-from rlsys.envs.web.spaces import ParseError, coords, pae
+from rlsys.core.grammar import PRINTABLE, Choice, Grammar, Int, Literal, Text
+from rlsys.envs.web.spaces import coords, pae
 from rlsys.policies.grammar_decoding import GrammarLogitsProcessor, TokenTable, grammar_token_mask
 from rlsys.policies.presets import byte_tokenizer
 from rlsys.policies.sampling import scored_tokens
+from tests.support.random_grammars import WORDS, random_grammar, random_sequence_grammar
 
-WORDS = ["click", "type", "Click", "Type", "scroll", "hello", "world", "red shoes", "Kasey", "ab", "a b", "é", "\t"]
 PROSE = "the search box is empty so type the name then press enter and wait for the results page to load"
 
 
@@ -179,23 +179,6 @@ def places(parts: list, text: str, start: int = 0):
             yield from places(parts, text[cut:], start + 1)
 
 
-def random_grammar(rng: random.Random) -> Grammar:
-    def literal() -> str:
-        kind = rng.random()
-        if kind < 0.4:
-            return f"{rng.choice(['click', 'type', 'Click'])} [{rng.randint(0, 30)}]"
-        if kind < 0.7:
-            return "".join(rng.choices("ab [1]", k=rng.randint(0, 5)))
-        return " ".join(rng.choices(WORDS, k=rng.randint(1, 3)))
-
-    choices = [literal() for _ in range(rng.randint(0, 12))]
-    heads = [literal() + rng.choice(["", " "]) for _ in range(rng.randint(0, 3))]
-    if heads and rng.random() < 0.3:  # a head that extends another head, and a choice that extends a head
-        heads.append(heads[0] + rng.choice(WORDS))
-        choices.append(heads[0] + rng.choice(WORDS))
-    return Grammar(tuple(choices), tuple(heads), rng.randint(1, 10))
-
-
 def walk(reference: Reference, grammar: Grammar, rng: random.Random, width: int, steps: int = 14):
     """A random path through the reference's allowed sets: (generated so far, allowed set) at each step."""
     generated: list[int] = []
@@ -338,39 +321,6 @@ def test_scored_tokens_normalise_over_the_allowed_tokens_only(tokenizer, table):
     torch.testing.assert_close(logp[0], torch.stack(expected))
 
 
-# -- sequence grammars: literals, choices, integers and free text in a row
-
-
-def random_sequence_grammar(rng: random.Random) -> Grammar:
-    """Sequences that share their start (as every `pae` action shares its thought), literals that are
-    prefixes of each other or begin with a character free text may hold, texts of few characters."""
-
-    def literal():
-        kind = rng.random()
-        if kind < 0.4:
-            return Literal(rng.choice(["Thought:", "\nAction: ", "Click [", "]", "; [", "ab", "a b", "é", " ", "x]"]))
-        if kind < 0.7:
-            return Choice(tuple(rng.sample(["up", "down", "WINDOW", "0.", "a", "ab", "", ":"], k=rng.randint(1, 3))))
-        lo = rng.randint(0, 12)
-        return Int(lo, lo + rng.randint(0, 15))
-
-    def text():
-        nonblank = rng.random() < 0.5
-        if rng.random() < 0.3:
-            return Text(rng.randint(1, 6), only=rng.choice(["0123456789", "ab ", "é1"]), nonblank=nonblank)
-        return Text(rng.randint(0, 8), forbid=rng.choice(["", ":", "]", "] ", "a"]), nonblank=nonblank)
-
-    sequences: list[tuple] = []
-    for _ in range(rng.randint(1, 4)):
-        segments = list(sequences[0][: rng.randint(0, 3)]) if sequences and rng.random() < 0.5 else []
-        for _ in range(rng.randint(1, 4)):
-            follows_text = bool(segments) and isinstance(segments[-1], Text)
-            segments.append(text() if not follows_text and rng.random() < 0.4 else literal())
-        sequences.append(tuple(segments))
-    old = random_grammar(rng) if rng.random() < 0.3 else Grammar()
-    return Grammar(old.choices, old.text_prefixes, old.max_text, tuple(sequences))
-
-
 def test_sequence_grammars_match_the_reference(tokenizer, table):
     reference = Reference(tokenizer)
     rng = random.Random(5)
@@ -380,25 +330,6 @@ def test_sequence_grammars_match_the_reference(tokenizer, table):
         assert Grammar.from_dict(grammar.to_dict()) == grammar
         steps += check_walk(reference, table, grammar, rng, steps=20)
     assert steps > 200
-
-
-def test_a_prefix_matched_at_once_reaches_the_states_of_matching_it_character_by_character():
-    """A grammar first met deep inside an action (a new page, teacher forcing) is matched from scratch, run
-    by run; it must end where stepping through every character does."""
-    rng = random.Random(7)
-    pages = [[{"editable": i % 3 == 1} for i in range(n)] for n in (3, 12)]
-    grammars = [random_sequence_grammar(rng) for _ in range(150)]
-    grammars += [space.grammar(page, max_text=6, max_thought=40) for space in (pae, coords) for page in pages]
-    for grammar in grammars:
-        stepper = Matcher(grammar)
-        text, states, expected = "", stepper.start, [stepper.start]
-        while states and len(text) < 120:
-            allowed = sorted(stepper.next_chars(states))
-            char = rng.choice(allowed) if allowed and rng.random() < 0.9 else rng.choice('ab :]\n0é"')
-            text, states = text + char, stepper.advance(states, char)
-            expected.append(states)
-        for cut in {len(text), len(text) - 1, rng.randint(0, len(text))} - {-1}:
-            assert Matcher(grammar).states(text[:cut]) == expected[cut], (grammar, text[:cut])
 
 
 def sampled_actions(reference: Reference, table: TokenTable, grammar: Grammar, rng: random.Random, count: int):
@@ -425,68 +356,3 @@ def test_action_space_grammars_match_the_reference_and_every_action_parses(token
         for text in sampled_actions(Reference(tokenizer), table, grammar, rng, count=walks):
             actions.append(space.parse(text, len(elements)))  # a ParseError fails the test
     assert len({a.kind for a in actions}) > 2, actions
-
-
-@pytest.mark.parametrize(
-    "space, text",
-    [
-        (pae, "Thought: fine\nAction: Click [2]"),
-        (pae, "Thought:\nAction: Type [1]; [a b]"),
-        (pae, "Thought: x\nAction: Scroll [WINDOW]; [down]"),
-        (pae, "Thought: x\nAction: Goto [https://a.b/c]"),
-        (pae, "Thought: x\nAction: ANSWER; []"),
-        (pae, "Thought: x\nAction: GoBack"),
-        (
-            coords,
-            'Action Plan: go ; Action Decision: "action_type": "DUAL_POINT", "touch_point": "[0.5, 0.25]", '
-            '"lift_point": "[0.0, 0.9999]", "typed_text": ""',
-        ),
-        (
-            coords,
-            'Action Plan: x ; Action Decision: "action_type": "TYPE", "touch_point": "[-1.0, -1.0]", '
-            '"lift_point": "[-1.0, -1.0]", "typed_text": "red shoes"',
-        ),
-    ],
-)
-def test_action_space_grammars_accept_what_render_writes(space, text):
-    elements = [{"editable": i == 1} for i in range(3)]
-    grammar = space.grammar(elements, max_text=16)
-    assert grammar.accepts(text)
-    assert grammar.accepts(space.render(space.parse(text, 3)))
-
-
-@pytest.mark.parametrize(
-    "space, text",
-    [
-        (pae, "Thought: fine\nAction: Click [3]"),  # no element 3
-        (pae, "Thought: x\nAction: Type [2]; [a]"),  # not editable
-        (pae, "Thought: x\nAction: Type [1]; [ ]"),  # blank
-        (pae, "Thought: a: b\nAction: Wait"),  # a `:` in the thought
-        (pae, "Thought: x\nAction: Goto [ftp://a]"),
-        (pae, "Thought: x\nAction: Click [1] "),
-        (
-            coords,
-            'Action Plan: go ; Action Decision: "action_type": "DUAL_POINT", "touch_point": "[1.5, 0.25]", '
-            '"lift_point": "[0.0, 0.9]", "typed_text": ""',
-        ),
-        (
-            coords,
-            'Action Plan: go ; Action Decision: "action_type": "DUAL_POINT", "touch_point": "[0.12345, 0.2]", '
-            '"lift_point": "[0.0, 0.9]", "typed_text": ""',
-        ),
-    ],
-)
-def test_action_space_grammars_refuse_invalid_actions(space, text):
-    assert not space.grammar([{"editable": i == 1} for i in range(3)], max_text=16).accepts(text)
-
-
-def test_grammar_dicts_round_trip_and_stored_ones_still_load():
-    stored = {"choices": ["click [0]"], "text_prefixes": ["type [0] "], "max_text": 8}  # as shards hold them
-    assert Grammar.from_dict(stored) == Grammar(("click [0]",), ("type [0] ",), 8)
-    assert Grammar.from_dict(stored).to_dict() == stored
-    grammar = pae.grammar([{"editable": True}, {}], max_text=4)
-    assert Grammar.from_dict(grammar.to_dict()) == grammar
-    with pytest.raises(ValueError, match="unknown grammar segment.*regex"):
-        Grammar.from_dict({"sequences": [[{"regex": "a+"}]]})
-    with pytest.raises(ParseError):  # the grammar is narrower than the parser, never wider
-        pae.parse("Thought: x\nAction: Click [2]", 2)

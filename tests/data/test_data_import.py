@@ -12,7 +12,7 @@ from PIL import Image
 import rlsys.data.digirl_files
 from rlsys.core.returns import discounted_returns
 from rlsys.core.types import Observation, Step, Task, Trajectory
-from rlsys.data.digirl_files import main
+from rlsys.cli.data import main
 from rlsys.data.shards import ShardWriter, read_trajectories
 
 F = 1408

@@ -131,7 +131,7 @@ def test_missing_offline_data_and_model_paths_name_their_key(tmp_path):
 
 def test_offline_digirl_trains_an_autoui_policy_on_imported_digirl_data(ray_session, tmp_path):
     """import-digirl -> shards -> the offline phase, with the cached BLIP-2 features as the only images."""
-    from rlsys.data.digirl_files import main as data_main
+    from rlsys.cli.data import main as data_main
     from tests.data.test_data_import import digirl_data, save
 
     (tmp_path / "shots").mkdir()

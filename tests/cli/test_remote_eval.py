@@ -7,8 +7,6 @@ import json
 import os
 import shlex
 import signal
-import subprocess
-import sys
 import tempfile
 import time
 
@@ -25,6 +23,7 @@ from rlsys.data.storage import RemoteFolder, RunMirror
 from rlsys.policies import build_policy
 from tests.cli.test_eval_cli import EPISODES, run_eval, sim_config
 from tests.support.s3_server import SECRET_KEY
+from tests.support.train_command import start_train
 
 
 @pytest.fixture
@@ -162,14 +161,7 @@ def test_a_remote_run_stopped_before_the_trainer_exists_names_the_uri_to_resume(
     uri = "s3://bucket/interrupted"
     path = remote_run_config(tmp_path, uri, tmp_path / "scratch")
     log = tmp_path / "train.log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "rlsys.cli.train", "--config", str(path)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
+    proc = start_train("--config", str(path), log=log)
     deadline = time.monotonic() + 120
     while "run folder:" not in log.read_text():  # printed just before the Trainer is built
         assert proc.poll() is None and time.monotonic() < deadline, log.read_text()

@@ -1,11 +1,10 @@
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from rlsys.config import REDACTED, ConfigError, load_config, save_config, unresolved_dict
+from tests.support.train_command import run_train
 
 
 def write(path, data):
@@ -78,9 +77,7 @@ def test_env_secrets_resolve_and_are_redacted_on_disk(tmp_path, monkeypatch):
 
 def test_cli_reports_config_error_before_ray_starts(tmp_path):
     bad = write(tmp_path / "bad.yaml", {"runners": {"numm": 2}})
-    proc = subprocess.run(
-        [sys.executable, "-m", "rlsys.cli.train", "--config", str(bad)], capture_output=True, text=True, timeout=120
-    )
+    proc = run_train("--config", str(bad), timeout=120)
     assert proc.returncode == 2
     assert "config error: unknown config key 'runners.numm'; did you mean 'runners.num'" in proc.stderr
     assert "Ray" not in proc.stdout + proc.stderr

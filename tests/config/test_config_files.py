@@ -2,13 +2,12 @@
 one line of config error naming the file and where in it, from `rlsys-train` before Ray starts."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from rlsys.cli.train import main as train
 from rlsys.config import ConfigError, load_config
+from tests.support.train_command import run_train
 
 LATIN1 = "run:\n  name: caf\xe9\n".encode("latin-1")  # byte 16 (0xe9) on line 2 is not UTF-8
 
@@ -73,8 +72,6 @@ def test_a_merge_key_may_still_override_what_it_merges(tmp_path):
 def test_the_cli_exits_2_without_starting_ray(tmp_path):
     path = tmp_path / "latin1.yaml"
     path.write_bytes(LATIN1)
-    proc = subprocess.run(
-        [sys.executable, "-m", "rlsys.cli.train", "--config", str(path)], capture_output=True, text=True, timeout=120
-    )
+    proc = run_train("--config", str(path), timeout=120)
     assert proc.returncode == 2 and proc.stderr.startswith("config error:") and "Traceback" not in proc.stderr
     assert "Ray" not in proc.stdout + proc.stderr

@@ -23,7 +23,8 @@ from rlsys.driver.metrics import read_metrics
 from rlsys.driver.trainer import Trainer
 from tests.data.test_checkpoint import fill_disk, flip_middle_byte, tmpfs, truncate
 from tests.driver.test_fault_tolerance import sim_config
-from tests.driver.test_interrupts import config_file, start, wait_for
+from tests.driver.test_interrupts import config_file
+from tests.support.train_command import start_train, wait_for
 
 SIM = {"step_median_s": 0.05, "step_sigma": 0.0, "success_prob": 0.4}
 
@@ -161,7 +162,8 @@ def test_a_full_disk_while_a_checkpoint_is_written_ends_the_run_with_one_line(tm
     with tmpfs(tmp_path / "disk", "16m") as disk:
         cfg, path = config_file(disk, iterations=3)
         run_dir = cfg.output_dir
-        proc, log = start(tmp_path, ["--config", str(path)], "full")
+        log = tmp_path / "full.log"
+        proc = start_train("--config", str(path), log=log)
         try:
             wait_for(lambda: (run_dir / "checkpoints" / "000001").exists(), proc, log)
             fill_disk(disk, leave=256 * 1024)  # room for the next shard and metrics line, not for a checkpoint

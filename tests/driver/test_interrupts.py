@@ -4,8 +4,6 @@ the stopped session's files: it starts over, its files moved aside, only when as
 
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import pyarrow.parquet as pq
@@ -14,20 +12,9 @@ import yaml
 from rlsys.config import to_dict
 from rlsys.driver.metrics import read_metrics
 from tests.driver.test_fault_tolerance import sim_config
+from tests.support.train_command import start_train, wait_for
 
 SIM = {"reset_median_s": 0.05, "step_median_s": 0.25, "step_sigma": 0.0, "success_prob": 0.4}
-
-
-def start(tmp_path, args, name):
-    log = open(tmp_path / f"{name}.log", "w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rlsys.cli.train", *args],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,  # its own process group, as a terminal's foreground job is
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    return proc, tmp_path / f"{name}.log"
 
 
 def config_file(tmp_path, iterations, **overrides):
@@ -36,14 +23,6 @@ def config_file(tmp_path, iterations, **overrides):
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(to_dict(cfg)))
     return cfg, path
-
-
-def wait_for(condition, proc, log, timeout=300):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert proc.poll() is None, log.read_text()
-        assert time.monotonic() < deadline, log.read_text()
-        time.sleep(0.2)
 
 
 def shard_iterations(run_dir) -> list[int]:
@@ -58,7 +37,8 @@ def shard_iterations(run_dir) -> list[int]:
 def test_ctrl_c_keeps_the_finished_episodes_stops_cleanly_and_resumes(tmp_path):
     cfg, path = config_file(tmp_path, iterations=3)
     run_dir = cfg.output_dir
-    proc, log = start(tmp_path, ["--config", str(path)], "first")
+    log = tmp_path / "first.log"
+    proc = start_train("--config", str(path), log=log)
     wait_for(lambda: (run_dir / "checkpoints" / "000001").exists(), proc, log)
     time.sleep(3)  # some episodes of iteration 2 finished, not all 16
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
@@ -70,14 +50,16 @@ def test_ctrl_c_keeps_the_finished_episodes_stops_cleanly_and_resumes(tmp_path):
     kept = [i for i in shard_iterations(run_dir) if i == done + 1]
     assert 0 < len(kept) < 16, (done, shard_iterations(run_dir), out)  # the finished episodes of the cut iteration
 
-    proc, log = start(tmp_path, ["--resume", str(run_dir)], "second")
+    log = tmp_path / "second.log"
+    proc = start_train("--resume", str(run_dir), log=log)
     assert proc.wait(timeout=400) == 0, log.read_text()
     assert [r["iteration"] for r in read_metrics(run_dir)] == [1, 2, 3]
 
 
 def test_sigterm_stops_and_a_second_one_exits_at_once(tmp_path):
     cfg, path = config_file(tmp_path, iterations=50)
-    proc, log = start(tmp_path, ["--config", str(path)], "run")
+    log = tmp_path / "run.log"
+    proc = start_train("--config", str(path), log=log)
     wait_for(lambda: read_metrics(cfg.output_dir), proc, log)
     os.kill(proc.pid, signal.SIGTERM)
     wait_for(lambda: "SIGTERM" in log.read_text(), proc, log, timeout=30)
@@ -92,14 +74,16 @@ def test_sigterm_stops_and_a_second_one_exits_at_once(tmp_path):
 def test_a_run_stopped_before_its_first_checkpoint_starts_over_only_when_asked(tmp_path):
     cfg, path = config_file(tmp_path, iterations=50, run__checkpoint_every=100)
     run_dir = cfg.output_dir
-    proc, log = start(tmp_path, ["--config", str(path)], "first")
+    log = tmp_path / "first.log"
+    proc = start_train("--config", str(path), log=log)
     wait_for(lambda: read_metrics(run_dir), proc, log)
     os.killpg(proc.pid, signal.SIGINT)
     assert proc.wait(timeout=120) == 130, log.read_text()
     assert f"start it over with: rlsys-train --resume {run_dir} --restart" in log.read_text()
     stopped = {p.relative_to(run_dir): p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
 
-    proc, log = start(tmp_path, ["--resume", str(run_dir)], "resumed")
+    log = tmp_path / "resumed.log"
+    proc = start_train("--resume", str(run_dir), log=log)
     try:
         assert proc.wait(timeout=120) == 2, log.read_text()
     finally:
@@ -108,7 +92,8 @@ def test_a_run_stopped_before_its_first_checkpoint_starts_over_only_when_asked(t
     assert f"config error: --resume {run_dir}: no complete checkpoint there" in log.read_text()
     assert {p.relative_to(run_dir): p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == stopped
 
-    proc, log = start(tmp_path, ["--resume", str(run_dir), "--restart", "run.iterations=2"], "restarted")
+    log = tmp_path / "restarted.log"
+    proc = start_train("--resume", str(run_dir), "--restart", "run.iterations=2", log=log)
     assert proc.wait(timeout=400) == 0, log.read_text()
     assert [r["iteration"] for r in read_metrics(run_dir)] == [1, 2]
     assert sorted(shard_iterations(run_dir)) == [1] * 16 + [2] * 16  # none of the stopped session's episodes

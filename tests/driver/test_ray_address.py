@@ -17,6 +17,7 @@ from rlsys.driver.ray_init import ADDRESS_VARIABLE, JOB_DRIVER_VARIABLE, ONE_MAC
 from tests.conftest import make_config
 from tests.driver.test_fault_tolerance import sim_config
 from tests.driver.test_multinode import free_port, start_node, stop
+from tests.support.train_command import run_train
 
 
 @pytest.mark.parametrize(
@@ -80,13 +81,7 @@ def test_the_driver_joins_the_cluster_in_ray_address(head_node, tmp_path):
     env, address = head_node
     cfg, path = config_file(tmp_path)
 
-    done = subprocess.run(
-        [sys.executable, "-m", "rlsys.cli.train", "--config", str(path)],
-        env={**env, ADDRESS_VARIABLE: address},
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    done = run_train("--config", str(path), env={**env, ADDRESS_VARIABLE: address}, timeout=240)
 
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     (session,) = json.loads((cfg.output_dir / "run_info.json").read_text())["sessions"]
@@ -119,8 +114,7 @@ def test_a_cluster_that_cannot_be_joined_is_one_line_within_seconds(head_node, t
     cfg, path = config_file(tmp_path)
 
     started = time.monotonic()
-    command = [sys.executable, "-m", "rlsys.cli.train", "--config", str(path)]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    done = run_train("--config", str(path), env=env, timeout=120)
 
     assert time.monotonic() - started < 30  # Ray alone: minutes of retries, or a long traceback
     assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]

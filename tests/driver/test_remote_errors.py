@@ -4,7 +4,6 @@ driver says it itself."""
 
 import logging
 import subprocess
-import sys
 
 import ray
 import yaml
@@ -15,14 +14,13 @@ from rlsys.config import to_dict
 from rlsys.core.remote_errors import FailureLog
 from rlsys.policies import build_policy
 from tests.driver.test_fault_tolerance import collect, sim_config, submit, task
+from tests.support.train_command import run_train
 
 
 def train_cli(tmp_path, cfg) -> subprocess.CompletedProcess:
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(to_dict(cfg)))
-    return subprocess.run(
-        [sys.executable, "-m", "rlsys.cli.train", "--config", str(path)], capture_output=True, text=True, timeout=400
-    )
+    return run_train("--config", str(path), timeout=400)
 
 
 def test_a_learner_that_raises_in_its_constructor_shows_its_error_and_name_on_the_console(tmp_path):

@@ -4,8 +4,6 @@ checkpoints and shards land there, a checkpoint whose upload stopped before its 
 environment and are stored nowhere."""
 
 import os
-import subprocess
-import sys
 
 import pyarrow.parquet as pq
 import yaml
@@ -15,19 +13,13 @@ from rlsys.data.storage import RemoteFolder, published_checkpoints
 from rlsys.driver.metrics import read_metrics
 from tests.driver.test_fault_tolerance import sim_config
 from tests.support.s3_server import secrets_in
+from tests.support.train_command import run_train
 
 URI = "s3://bucket/run"
 
 
 def train(args, env, log):
-    with open(log, "w") as out:
-        done = subprocess.run(
-            [sys.executable, "-m", "rlsys.cli.train", *args],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **env, "PYTHONUNBUFFERED": "1"},
-            timeout=400,
-        )
+    done = run_train(*args, env={**os.environ, **env}, timeout=400, log=log)
     return done.returncode, log.read_text()
 
 

@@ -6,7 +6,6 @@ import os
 import platform
 import socket
 import subprocess
-import sys
 from datetime import datetime
 from importlib.metadata import version
 from pathlib import Path
@@ -16,6 +15,7 @@ import yaml
 from rlsys.config import to_dict
 from rlsys.driver.run_info import FILE, record_session
 from tests.driver.test_fault_tolerance import sim_config
+from tests.support.train_command import run_train
 
 ROOT = Path(__file__).resolve().parents[2]
 MARKER = "rlsys-test-do-not-record-me"
@@ -23,9 +23,7 @@ MARKER = "rlsys-test-do-not-record-me"
 
 def train(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "WANDB_MODE": "offline", "RLSYS_TEST_SECRET": MARKER}
-    done = subprocess.run(
-        [sys.executable, "-m", "rlsys.cli.train", *args], env=env, capture_output=True, text=True, timeout=400
-    )
+    done = run_train(*args, env=env, timeout=400)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done
 

@@ -1,13 +1,9 @@
 """Whole training runs: sync and async loops, and a run killed with SIGKILL then resumed."""
 
 import json
-import os
-import subprocess
-import sys
 import time
 
 import pandas as pd
-import psutil
 import pyarrow.parquet as pq
 import pytest
 import yaml
@@ -19,6 +15,7 @@ from rlsys.data.shards import read_trajectories
 from rlsys.driver.metrics import read_metrics
 from rlsys.driver.trainer import Trainer
 from tests.conftest import assert_no_browsers_left, make_config
+from tests.support.train_command import kill_session, start_train
 
 REQUIRED = {"iteration", "trajectories", "env_steps", "policy_version", "train/success_rate"}
 
@@ -123,27 +120,6 @@ def test_an_env_step_budget_ends_the_run_with_an_evaluation(ray_session, tmp_pat
     assert records[-1]["eval/episodes"] == 2
 
 
-def kill_session(sid: int) -> None:
-    """SIGKILL every process of a session, as a machine losing power would (Ray workers sit in
-    process groups of their own, so killing the driver's group is not enough)."""
-    for p in psutil.process_iter():
-        try:
-            if os.getsid(p.pid) == sid:
-                p.kill()
-        except (ProcessLookupError, psutil.NoSuchProcess, PermissionError):
-            pass
-
-
-def _start(args, log):
-    return subprocess.Popen(
-        [sys.executable, "-m", "rlsys.cli.train", *args],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-
-
 def test_sigkill_then_resume_keeps_counters_optimizer_and_buffer(tmp_path):
     # SFT trains on every trajectory, so each iteration moves the optimizer whatever the episodes' outcomes
     cfg = make_config(tmp_path, run__iterations=4, tasks__train=["click-test-2"], learner__algorithm="sft")
@@ -151,15 +127,14 @@ def test_sigkill_then_resume_keeps_counters_optimizer_and_buffer(tmp_path):
     config_file.write_text(yaml.safe_dump(to_dict(cfg)))
     run_dir = cfg.output_dir
 
-    with open(tmp_path / "first.log", "w") as log:
-        proc = _start(["--config", str(config_file)], log)
-        deadline = time.monotonic() + 300
-        while not (run_dir / "checkpoints" / "000002").exists():
-            assert proc.poll() is None, (tmp_path / "first.log").read_text()
-            assert time.monotonic() < deadline, "no second checkpoint within 300 s"
-            time.sleep(0.5)
-        kill_session(proc.pid)  # the driver, Ray, its workers and every browser, at once
-        proc.wait()
+    proc = start_train("--config", str(config_file), log=tmp_path / "first.log")
+    deadline = time.monotonic() + 300
+    while not (run_dir / "checkpoints" / "000002").exists():
+        assert proc.poll() is None, (tmp_path / "first.log").read_text()
+        assert time.monotonic() < deadline, "no second checkpoint within 300 s"
+        time.sleep(0.5)
+    kill_session(proc.pid)  # the driver, Ray, its workers and every browser, at once
+    proc.wait()
 
     ckpt = checkpoint.latest(run_dir)
     state = checkpoint.read_json(ckpt / "state.json")
@@ -167,9 +142,8 @@ def test_sigkill_then_resume_keeps_counters_optimizer_and_buffer(tmp_path):
     assert state["iteration"] >= 2 and saved_ids
 
     resumed_at = time.time()
-    with open(tmp_path / "second.log", "w") as log:
-        proc = _start(["--resume", str(run_dir)], log)
-        assert proc.wait(timeout=400) == 0, (tmp_path / "second.log").read_text()
+    proc = start_train("--resume", str(run_dir), log=tmp_path / "second.log")
+    assert proc.wait(timeout=400) == 0, (tmp_path / "second.log").read_text()
     out = (tmp_path / "second.log").read_text()
     assert f"resumed from {ckpt} at iteration {state['iteration']}" in out
 

@@ -16,6 +16,7 @@ import yaml
 from rlsys.config import to_dict
 from rlsys.envs.web.browser import PROFILE_PREFIX, Browser
 from tests.conftest import _chromium_paths, make_config
+from tests.support.train_command import kill_session, start_train
 
 
 def profiles_of(procs: list[psutil.Process]) -> set[str]:
@@ -60,26 +61,11 @@ def wait_until_gone(procs, profiles, seconds: float) -> list[str]:
     return left
 
 
-def kill_session(sid: int) -> None:
-    for p in psutil.process_iter():
-        try:
-            if os.getsid(p.pid) == sid:
-                p.kill()
-        except (ProcessLookupError, psutil.Error, PermissionError):
-            pass
-
-
 def test_sigkill_to_a_training_runs_process_group_leaves_no_browser(tmp_path):
     cfg = make_config(tmp_path, run__iterations=1000, runners__num=1, tasks__train=["click-test-2"])
     config_file = tmp_path / "cfg.yaml"
     config_file.write_text(yaml.safe_dump(to_dict(cfg)))
-    with open(tmp_path / "run.log", "w") as log:
-        run = subprocess.Popen(
-            [sys.executable, "-m", "rlsys.cli.train", "--config", str(config_file)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # a process group of its own, as a terminal's job is
-        )
+    run = start_train("--config", str(config_file), log=tmp_path / "run.log")
     try:
         deadline = time.monotonic() + 240
         while not any("--type=renderer" in " ".join(p.cmdline()) for p in browser_processes_beneath(run.pid)):

@@ -66,8 +66,8 @@ def test_train_refuses_a_weightless_policy_with_a_command_that_evaluates_it(ray_
     err = capsys.readouterr().err
     assert "has no weights to train; evaluate it with: " in err
     command = shlex.split(err.split("evaluate it with: ", 1)[1].strip())
-    assert command[:3] == ["python", "-m", "rlsys.cli.eval"]
-    assert eval_main(command[3:]) == 0  # the command it names works as printed
+    assert command[0] == "rlsys-eval"
+    assert eval_main(command[1:]) == 0  # the command it names works as printed
     assert_results(cfg.output_dir)
 
 

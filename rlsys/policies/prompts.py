@@ -45,7 +45,3 @@ def autoui_prompt(obs: Observation) -> str:
     """AutoUI's prompt: only the previous action and the goal (docs/algorithms/digirl.md#networks)."""
     previous = obs.extras.get("previous_actions") or []
     return f"Previous Actions: {previous[-1] if previous else ''} Goal: {obs.task}"
-
-
-def pae_prompt(obs: Observation) -> str:
-    return agent_prompt(obs, "pae_agent")

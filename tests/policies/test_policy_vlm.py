@@ -14,7 +14,7 @@ from rlsys.core.grammar import Grammar
 from rlsys.core.types import Observation
 from rlsys.envs.web.spaces import element
 from rlsys.policies import build_policy
-from rlsys.policies.prompts import pae_prompt
+from rlsys.policies.prompts import agent_prompt
 from rlsys.policies.vlm import language_model_linear_layers
 
 ARCHS = ["llava", "qwen2_vl"]
@@ -101,7 +101,7 @@ def test_unconstrained_pae_turn_decodes_text(arch):
     policy = build_policy(config(arch, max_new_tokens=8), seed=5)
     (sample,) = policy.act([observation(3, grammar=False)])
     assert isinstance(sample.text, str) and sample.logprob < 0
-    prompt = policy.inputs.chat(pae_prompt(observation(3)))
+    prompt = policy.inputs.chat(agent_prompt(observation(3), "pae_agent"))
     assert "Thought:" in prompt and "press the button" in prompt and '[2] button "e2"' in prompt
 
 

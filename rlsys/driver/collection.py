@@ -31,7 +31,6 @@ class Collector:
         # an offline run without evaluation starts no runner (no browser, no model in a runner)
         needs_runners = cfg.run.training != "offline" or bool(cfg.run.eval_every)
         self.pool = RunnerPool(cfg, weight_store, seed=cfg.run.seed) if needs_runners else None
-        move_old_layout(run_dir)
         self.writer = ShardWriter(run_dir / "trajectories", split="train")
         self.eval_writer = ShardWriter(run_dir / "eval", split="eval")
         self.counters: Counter = Counter()
@@ -135,14 +134,6 @@ class Collector:
     def shutdown(self) -> None:
         if self.pool is not None:
             self.pool.shutdown()
-
-
-def move_old_layout(run_dir: Path) -> None:
-    """Runs written before evaluation and scored episodes moved out of trajectories/ get the new layout."""
-    for name in ("eval", "scored"):
-        old, new = run_dir / "trajectories" / name, run_dir / name
-        if old.is_dir() and not new.exists():
-            old.rename(new)
 
 
 def per_group_success(trajectories: list[Trajectory]) -> dict:

@@ -1,4 +1,4 @@
-"""The driver of tests/test_multinode.py, run as its own process on a two-node Ray cluster started with
+"""The driver of tests/driver/test_multinode.py, run as its own process on a two-node Ray cluster started with
 `ray start`: trains, kills the second node's processes once the first iteration is logged, lets the run
 finish, and prints what happened as one JSON line."""
 

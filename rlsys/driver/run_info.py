@@ -104,7 +104,7 @@ def keep_wandb_run_id(run_dir: Path, run_id: str) -> None:
 def git_state() -> dict | None:
     """Commit and dirty flag of the git checkout rlsys is imported from; None when it is not one (an installed
     wheel: site-packages may sit inside someone else's repository, which is not what produced the run)."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]  # rlsys/driver/ -> the checkout
     if not (root / ".git").exists():
         return None
     env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0"}  # `git status` must not take the index lock

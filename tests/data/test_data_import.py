@@ -10,9 +10,9 @@ import torch
 from PIL import Image
 
 import rlsys.data.digirl_files
+from rlsys.cli.data import main
 from rlsys.core.returns import discounted_returns
 from rlsys.core.types import Observation, Step, Task, Trajectory
-from rlsys.cli.data import main
 from rlsys.data.shards import ShardWriter, read_trajectories
 
 F = 1408

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.hub_cache import fill_hub_cache
+
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
@@ -89,9 +91,6 @@ def test_the_wheel_holds_only_the_rlsys_namespace_with_its_configs_and_templates
 def test_the_installed_wheel_resolves_a_hub_id_offline_from_a_filled_cache(venv, tmp_path):
     """A config naming its policy by Hub id, in a fresh virtual environment with the network off: the model comes
     from the Hugging Face cache the environment names, through the real from_pretrained."""
-    sys.path.insert(0, str(ROOT / "tests" / "policies"))
-    from hub_cache import fill_hub_cache
-
     from rlsys.config import PolicyConfig
     from rlsys.policies import build_policy
 

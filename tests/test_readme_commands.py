@@ -2,6 +2,8 @@
 example) starts and takes each flag the row shows, every packaged config the row names exists, the Python rows
 import, and their Gymnasium ids are registered. Running each command in full is the job of its own tests."""
 
+import concurrent.futures
+import functools
 import os
 import re
 import shutil
@@ -35,10 +37,24 @@ def flags(words: list[str]) -> list[str]:
     return [w.split("=")[0] for w in words if w.startswith("--")]
 
 
+@functools.cache
+def run_help(argv: tuple[str, ...]) -> subprocess.CompletedProcess:
+    return subprocess.run([*argv, "--help"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+
+
 def help_text(argv: list[str]) -> str:
-    done = subprocess.run([*argv, "--help"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    done = run_help(tuple(argv))
     assert done.returncode == 0, f"{' '.join(argv)} --help: {done.stderr[-2000:]}"
     return done.stdout
+
+
+@pytest.fixture(scope="module")
+def helps_started_together():
+    """Each program's --help once, two at a time: a program that several rows show starts once."""
+    programs = {tuple(program(c.replace("[", " ").replace("]", " ").split())) for c in SHELL_COMMANDS}
+    programs.discard(("lint-imports",))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        list(pool.map(run_help, sorted(programs)))
 
 
 def program(words: list[str]) -> list[str]:
@@ -50,8 +66,11 @@ def program(words: list[str]) -> list[str]:
     return [words[0], *subcommand]
 
 
-@pytest.mark.parametrize("command", [c for c in COMMANDS if not c.startswith(("import ", "from "))])
-def test_shell_command_starts_and_takes_its_flags(command):
+SHELL_COMMANDS = [c for c in COMMANDS if not c.startswith(("import ", "from "))]
+
+
+@pytest.mark.parametrize("command", SHELL_COMMANDS)
+def test_shell_command_starts_and_takes_its_flags(command, helps_started_together):
     words = command.replace("[", " ").replace("]", " ").split()
     if words == ["lint-imports"]:
         done = subprocess.run(words, capture_output=True, text=True, timeout=300, cwd=ROOT)

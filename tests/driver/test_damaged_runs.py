@@ -5,7 +5,6 @@ disk that fills up while a checkpoint is written ends the run with one line and 
 import json
 import logging
 import os
-import re
 import shutil
 import signal
 import threading
@@ -44,43 +43,55 @@ def trained(tmp_path, iterations: int):
     return cfg
 
 
+@pytest.fixture(scope="module")
+def two_checkpoints(ray_session, tmp_path_factory):
+    """A finished run with checkpoints 000001 and 000002 and its config.yaml."""
+    cfg = trained(tmp_path_factory.mktemp("two"), iterations=2)
+    (cfg.output_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg)))
+    references = json.loads((cfg.output_dir / "checkpoints" / "000001" / checkpoint.MANIFEST).read_text())["references"]
+    assert list(references) == ["trajectories/shard-000000.parquet"]  # 000002 references shard-000001 as well
+    return cfg.output_dir
+
+
 def test_torn_metrics_lines_are_skipped_with_a_warning(tmp_path, caplog):
     (tmp_path / "metrics.jsonl").write_text('{"iteration": 1}\n{"iteration": 2}\n{"itera')  # killed mid-write
     assert read_metrics(tmp_path) == [{"iteration": 1}, {"iteration": 2}]
     assert any("metrics.jsonl" in r.getMessage() and "line 3" in r.getMessage() for r in caplog.records)
 
 
-def test_resume_passes_over_a_damaged_newest_checkpoint_and_a_torn_metrics_line(ray_session, tmp_path, caplog):
-    cfg = trained(tmp_path, iterations=3)
-    run_dir = cfg.output_dir
+def test_resume_passes_over_a_damaged_newest_checkpoint_and_a_torn_metrics_line(two_checkpoints, tmp_path, caplog):
+    run_dir = tmp_path / "run"
+    shutil.copytree(two_checkpoints, run_dir)
     newest = checkpoint.latest(run_dir)
-    assert newest.name == "000003"
+    assert newest.name == "000002"
     learner_pt = newest / "learner.pt"
     learner_pt.write_bytes(learner_pt.read_bytes()[:1000])  # a disk that filled up while it was copied
     metrics = (run_dir / "metrics.jsonl").read_text()
     (run_dir / "metrics.jsonl").write_text(metrics[: len(metrics) - 40])  # the last line torn
 
     caplog.set_level(logging.WARNING)
-    resumed = Trainer(cfg, run_dir, resume=True)
+    resumed = Trainer(small(tmp_path, run__iterations=2), run_dir, resume=True)
     try:
-        assert resumed.iteration == 2  # from 000002, the newest intact one
+        assert resumed.iteration == 1  # from 000001, the newest intact one
         records = resumed.run()
     finally:
         resumed.shutdown()
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
-    assert any(str(learner_pt) in w and "000002" in w for w in warnings), warnings  # names the file and the fallback
+    assert any(str(learner_pt) in w and "000001" in w for w in warnings), warnings  # names the file and the fallback
     assert any("metrics.jsonl" in w for w in warnings), warnings
-    assert [r["iteration"] for r in records] == [1, 2, 3]
-    assert checkpoint.newest_intact(run_dir) == (run_dir / "checkpoints" / "000003", [])  # written again, whole
+    assert [r["iteration"] for r in records] == [1, 2]
+    assert checkpoint.newest_intact(run_dir) == (run_dir / "checkpoints" / "000002", [])  # written again, whole
 
 
-def test_resume_with_no_intact_checkpoint_names_every_damaged_file(ray_session, tmp_path):
-    cfg = trained(tmp_path, iterations=1)
-    state = checkpoint.latest(cfg.output_dir) / "state.json"
-    state.unlink()
-    with pytest.raises(checkpoint.CheckpointError, match=re.escape(str(state))):
-        Trainer(cfg, cfg.output_dir, resume=True).shutdown()
-    shutil.rmtree(cfg.output_dir)
+def test_resume_with_no_intact_checkpoint_names_every_damaged_file(two_checkpoints, tmp_path):
+    run_dir = tmp_path / "run"
+    shutil.copytree(two_checkpoints, run_dir)
+    states = [folder / "state.json" for folder in sorted((run_dir / "checkpoints").iterdir())]
+    for state in states:
+        state.unlink()
+    with pytest.raises(checkpoint.CheckpointError) as refused:
+        Trainer(small(tmp_path, run__iterations=2), run_dir, resume=True).shutdown()
+    assert all(str(state) in str(refused.value) for state in states), str(refused.value)
 
 
 @pytest.mark.parametrize("store", ["replay-buffer", "weight-store"])
@@ -109,16 +120,6 @@ def test_a_store_that_dies_is_named(ray_session, tmp_path, store):
     assert message.startswith(f"the {store} actor died"), message
     assert "learner-0 died" not in message
     assert "The run stopped at iteration" in message  # and where it can go on from
-
-
-@pytest.fixture(scope="module")
-def two_checkpoints(ray_session, tmp_path_factory):
-    """A finished run with checkpoints 000001 and 000002 and its config.yaml."""
-    cfg = trained(tmp_path_factory.mktemp("two"), iterations=2)
-    (cfg.output_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg)))
-    references = json.loads((cfg.output_dir / "checkpoints" / "000001" / checkpoint.MANIFEST).read_text())["references"]
-    assert list(references) == ["trajectories/shard-000000.parquet"]  # 000002 references shard-000001 as well
-    return cfg.output_dir
 
 
 def cut_weights_and_manifest(run):

@@ -6,7 +6,7 @@
 
 DigiRL's `.pt` files are pickled lists of trajectories, each a list of step dicts (observation prompt,
 BLIP-2 image features, screenshot path, action text, reward, done, Monte-Carlo return). `import-digirl`
-turns one into rlsys shards (see rlsys/storage.py) and `export-digirl` writes rlsys shards back in that
+turns one into rlsys shards (rlsys/data/shards.py) and `export-digirl` writes rlsys shards back in that
 layout, so the original DigiRL code can be compared on the same data. `summary` describes a shard folder.
 
 Loading a pickle runs whatever code the file names, so `import-digirl` refuses unless `--trust-pickle`

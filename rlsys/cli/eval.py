@@ -23,18 +23,13 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from rlsys import __version__
-from rlsys.config import ConfigError, check_extras, check_paths, load_config
+from rlsys.config import ConfigError, load_config
 from rlsys.config.checks import with_absolute_paths
 from rlsys.config.run_dir import is_remote_uri
 from rlsys.data.checkpoint import CheckpointError, checkpoint_root
-from rlsys.driver.ray_init import check_cluster
-from rlsys.envs.android.emulator import check_local_setup
-from rlsys.envs.evaluators import check_setup
-from rlsys.envs.settings import check_env_settings
-from rlsys.envs.tasks import check_tasks
+from rlsys.driver.run_folder import check_before_ray
 from rlsys.policies import TORCH_FREE_KINDS as WEIGHTLESS_KINDS
 from rlsys.policies import policy_class
-from rlsys.policies.hub import fetch_models
 
 
 def main(argv=None) -> int:
@@ -64,14 +59,7 @@ def main(argv=None) -> int:
 def run(args, scratch: Path) -> int:
     try:
         cfg = load_config(args.config, args.overrides)
-        check_extras(cfg)
-        check_tasks(cfg.tasks, cfg.env.kind)
-        check_env_settings(cfg.env)
-        check_setup(cfg.evaluator)
-        check_local_setup(cfg)
-        fetch_models(cfg)  # every Hub id into the Hugging Face cache, before Ray starts
-        check_paths(cfg, offline_data=False)
-        check_cluster(cfg)
+        check_before_ray(cfg, offline_data=False)
         if args.checkpoint:
             checkpoint = fetched(args.checkpoint, scratch) if is_remote_uri(args.checkpoint) else Path(args.checkpoint)
             cfg.policy = replace(cfg.policy, path=str(policy_folder(checkpoint, args.checkpoint, cfg.policy.kind)))

@@ -1,17 +1,6 @@
-"""Move trajectories between DigiRL's published data files and rlsys shards.
-
-    rlsys-data import-digirl FILE.pt OUT_DIR --trust-pickle [--suite aitw-general] [--images-dir DIR]
-    rlsys-data export-digirl IN_DIR OUT.pt [--gamma 0.5]
-    rlsys-data summary DIR
-
-DigiRL's `.pt` files are pickled lists of trajectories, each a list of step dicts (observation prompt,
-BLIP-2 image features, screenshot path, action text, reward, done, Monte-Carlo return). `import-digirl`
-turns one into rlsys shards (see rlsys/storage.py) and `export-digirl` writes rlsys shards back in that
-layout, so the original DigiRL code can be compared on the same data. `summary` describes a shard folder.
-
-Loading a pickle runs whatever code the file names, so `import-digirl` refuses unless `--trust-pickle`
-is given; nothing else in rlsys unpickles.
-"""
+"""DigiRL's published data files (pickled lists of step dicts) to rlsys shards and back, and a summary of a shard
+folder; `rlsys-data` (rlsys/cli/data.py) is the command. Loading a pickle runs whatever code the file names, so
+`import_digirl` refuses unless `trust_pickle` is given; nothing else in rlsys unpickles."""
 
 from __future__ import annotations
 

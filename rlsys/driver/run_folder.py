@@ -126,14 +126,7 @@ def prepare(
             else unresolved_dict(source, overrides)
         )
         cfg = build(Config, raw)
-        check_extras(cfg)
-        check_tasks(cfg.tasks, cfg.env.kind)
-        check_env_settings(cfg.env)
-        check_setup(cfg.evaluator)
-        check_local_setup(cfg)
-        fetch_models(cfg)  # every Hub id into the Hugging Face cache, before Ray starts
-        check_paths(cfg)
-        check_cluster(cfg)  # a cluster named by address answers and lets this process in
+        check_before_ray(cfg)
         if resume:
             cfg.run.output_dir = resume
         check_no_dangling_link(cfg.output_dir)  # a new run's folder, or a remote run's local one
@@ -180,3 +173,17 @@ def open_run_folder(run: PreparedRun) -> Config:
         run_dir.mkdir(parents=True, exist_ok=True)
         save_config(run.raw, run.cfg, run_dir / "config.yaml")
     return with_absolute_paths(run.cfg)
+
+
+def check_before_ray(cfg: Config, offline_data: bool = True) -> None:
+    """Everything a run or an evaluation needs that can be checked before Ray starts: extras, tasks, env settings,
+    judges, local emulators, every Hub id in the Hugging Face cache, the paths, and a cluster named by address
+    (that it answers and lets this process in). Raises ConfigError naming the key."""
+    check_extras(cfg)
+    check_tasks(cfg.tasks, cfg.env.kind)
+    check_env_settings(cfg.env)
+    check_setup(cfg.evaluator)
+    check_local_setup(cfg)
+    fetch_models(cfg)
+    check_paths(cfg, offline_data=offline_data)
+    check_cluster(cfg)

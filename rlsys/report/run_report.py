@@ -1,18 +1,6 @@
-"""A run folder read into its report (`rlsys-report`, and the trainer after every evaluation).
-
-RUN_DIR/report.html is one self-contained page that opens offline from disk. It holds the
-learning curves from metrics.jsonl (inline SVG, against iterations, env steps or time), the per-task
-evaluation table, the resolved config and provenance, and a browser over a sample of the run's
-trajectories: each step's screenshot as a JPEG thumbnail with the action drawn on it (the element acted
-on, the click or tap point, typed text, a scroll or swipe arrow), the model's raw output and the parsed
-action, the inputs the policy was given, reward, errors and feedback, the judge's verdict, and Digi-Q's
-candidates with their Q, V and advantage. A shard that cannot be read, and a line of metrics.jsonl
-that does not parse or holds something else than a number where the report counts, is named with the reason
-(and the line); the rest of the run is still shown.
-
-Given several run folders, it writes one page (default ./report-compare.html) with their curves overlaid,
-one colour per run, and a table of the runs.
-"""
+"""A run folder read into its report page, for `rlsys-report` and for the trainer after every evaluation; what the
+page holds is in the command's help (rlsys/cli/report.py). A shard or metrics line that cannot be read is named
+with the reason, and the rest of the run is still shown."""
 
 from __future__ import annotations
 

@@ -29,6 +29,7 @@ from rlsys.envs.android.emulator import check_local_setup
 from rlsys.envs.evaluators import check_setup
 from rlsys.envs.settings import check_env_settings
 from rlsys.envs.tasks import check_tasks
+from rlsys.policies import TORCH_FREE_KINDS
 from rlsys.policies.hub import fetch_models
 
 
@@ -142,7 +143,7 @@ def prepare(
             check_new_scratch_dir(cfg)
         else:
             run.earlier_run = check_new_run_dir(cfg.output_dir, restart=restart)
-        if cfg.policy.kind in ("api", "random"):  # after the resume checks: a resume may not change policy.kind
+        if cfg.policy.kind in TORCH_FREE_KINDS:  # after the resume checks: a resume may not change policy.kind
             out = str(resume_target(cfg, cfg.output_dir))
             shown_config = source if isinstance(source, (str, os.PathLike)) else "CONFIG"
             evaluate = ["rlsys-eval", "--config", str(shown_config), "--out", out]

@@ -37,7 +37,7 @@ class EnvRunner:
         self.runner_id = runner_id
         self.cfg = cfg
         self.weight_store = weight_store
-        # `placement: server`: a shared server acts and keeps its own weights current
+        # `placement: server` or `vllm`: a shared actor acts and keeps its own weights current
         self.served = policy_server is not None
         # PyTorch only where this process runs a model: a served, hosted or random policy keeps it small
         self.uses_torch = not self.served and needs_torch(cfg.policy.kind)

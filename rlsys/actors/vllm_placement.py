@@ -25,6 +25,7 @@ from rlsys.policies.causal_lm import load_tokenizer, lora_settings, prompt_ids
 from rlsys.policies.grammar_regex import grammar_regex_or_none
 from rlsys.policies.lora_checkpoint import BASE_DIR
 from rlsys.policies.resolve import resolve
+from rlsys.policies.sampling import prompt_text
 
 # scripts/setup-vllm.sh builds it beside the source tree
 DEFAULT_VENV = Path(__file__).resolve().parents[2] / ".venv-vllm"  # rlsys/actors/ -> the checkout
@@ -137,7 +138,7 @@ class EnginePolicy:
         regexes = [grammar_regex_or_none(g) for g in grammars]
         results = ray.get(self.engine.generate.remote(prompts, regexes, greedy), timeout=self.timeout_s)
         samples = [
-            ActionSample(r["text"], r["logprob"], r["version"], r["token_ids"], prompt=self.tokenizer.decode(ids))
+            ActionSample(r["text"], r["logprob"], r["version"], r["token_ids"], prompt=prompt_text(self.tokenizer, ids))
             for r, ids in zip(results, prompts)
         ]
         self.version = min(s.version for s in samples)

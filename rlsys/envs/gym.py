@@ -72,7 +72,7 @@ _DEFAULTS = {
 }
 PAGE_SEEDS = 1 << 31  # a MiniWoB++ page's seed, drawn by a reset without one
 # Time measurements the envs report, left out of `info`: Gymnasium asks for the same info from the same seed and
-# actions (tests/test_gym.py runs its checker)
+# actions (tests/envs/test_gym.py runs its checker)
 MEASURED = ("settle_ms", "timing")
 
 

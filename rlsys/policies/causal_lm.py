@@ -158,9 +158,11 @@ class CausalLMPolicy(HFPolicy):
         return cls(Qwen2ForCausalLM(config), tokenizer, cfg, device)
 
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike, cfg: PolicyConfig, device: str = "cpu") -> CausalLMPolicy:
-        """A model folder or Hub id, or what `save_pretrained` wrote for LoRA (`adapter/` and `base/`)."""
-        base, adapter = resolve_path(path)
+    def from_pretrained(
+        cls, path: str | os.PathLike, cfg: PolicyConfig, device: str = "cpu", key: str = "policy.path"
+    ) -> CausalLMPolicy:
+        """A model folder or Hub id, a LoRA checkpoint or a peft adapter folder (rlsys/policies/resolve.py)."""
+        base, adapter = resolve_path(path, key)
         model = AutoModelForCausalLM.from_pretrained(base.folder, dtype=torch_dtype(cfg, device))
         if adapter is not None:
             from peft import PeftModel

@@ -32,8 +32,8 @@ class Base:
     """The model a policy starts from: the whole model, or the frozen base under a LoRA adapter."""
 
     folder: Path  # its files on this machine
-    # what a loader in another process is given: the Hub id when it was named by one (every machine finds it in
-    # its own cache), else the folder
+    # what a loader in another process is given: the Hub id when the path named one (every machine finds it in
+    # its own cache), else the folder (a LoRA checkpoint's base, even one base.json names by Hub id)
     name: str
     source: BaseSource | None  # what a LoRA checkpoint's base.json names; None: the checkpoint's own base/ copy
 

@@ -34,13 +34,16 @@ def sampling_kwargs(temperature: float, max_new_tokens: int, greedy: bool) -> di
 _REPEATED_TOKEN = re.compile(r"(<[^<>\s]{1,40}>)\1{3,}")
 
 
+def prompt_text(tokenizer, ids: Sequence[int]) -> str:
+    """A prompt as the model read it: its tokens decoded, special tokens kept, a run of one repeated token folded."""
+    text = tokenizer.decode(list(ids))
+    return _REPEATED_TOKEN.sub(lambda m: f"{m.group(1)}×{len(m.group(0)) // len(m.group(1))}", text)
+
+
 def prompt_texts(tokenizer, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> list[str]:
-    """Each row's prompt as the model read it: its tokens (padding left out) decoded, special tokens kept."""
-    texts = []
-    for ids, mask in zip(input_ids.tolist(), attention_mask.tolist()):
-        text = tokenizer.decode([i for i, m in zip(ids, mask) if m])
-        texts.append(_REPEATED_TOKEN.sub(lambda m: f"{m.group(1)}×{len(m.group(0)) // len(m.group(1))}", text))
-    return texts
+    """Each row's prompt (`prompt_text`), padding left out."""
+    return [prompt_text(tokenizer, [i for i, m in zip(ids, mask) if m]) for ids, mask in
+            zip(input_ids.tolist(), attention_mask.tolist())]  # fmt: skip
 
 
 def samples_from(

@@ -99,7 +99,7 @@ class VLMPolicy(HFPolicy):
     def from_pretrained(
         cls, path: str | os.PathLike, cfg: PolicyConfig, device: str = "cpu", key: str = "policy.path"
     ) -> VLMPolicy:
-        """A model folder or Hub id, or a LoRA checkpoint (`adapter/` and its base)."""
+        """A model folder or Hub id, a LoRA checkpoint or a peft adapter folder (rlsys/policies/resolve.py)."""
         base, adapter = resolve_path(path, key)
         model = AutoModelForImageTextToText.from_pretrained(
             base.folder, dtype=torch_dtype(cfg, device), quantization_config=quantization_config(cfg, device)

@@ -19,5 +19,7 @@ def test_placement_runner_starts_nothing_and_each_runner_builds_the_learners_mod
     cfg = make_config(tmp_path, policy__placement="runner", run__seed=7)
     assert start_acting_actors(cfg, weight_store=None, seed=3) == []
     replica, learner = runner_policy(cfg), build_policy(cfg.policy, seed=7)
-    for (name, mine), (_, theirs) in zip(replica.model.state_dict().items(), learner.model.state_dict().items()):
+    for (name, mine), (_, theirs) in zip(
+        replica.model.state_dict().items(), learner.model.state_dict().items(), strict=True
+    ):
         torch.testing.assert_close(mine, theirs, msg=name)

@@ -190,14 +190,13 @@ def test_critic_and_curriculum_rank_the_whole_history_not_the_sample(policy, tmp
     buf = ReplayBuffer(capacity=4, max_bytes=1 << 30, history_dir=str(tmp_path / "replay"))
     surprise = traj("buy a red sofa online", BLUE, [0, 1], "s")
     buf.add([surprise] + dataset())
-    history = buf  # a ReplayBuffer in this process is a History
     cfg = learner_cfg(instruction_critic_steps=40, step_critic_steps=1, actor_steps=1, lam=1.0)
     algo = DigiRL(cfg, policy)
-    metrics = algo.update(buf.sample(4), history=history)
+    metrics = algo.update(buf.sample(4), history=buf)  # a ReplayBuffer in this process is a History
     assert metrics["instruction_critic/trajectories"] == 25
     p_easy, p_hard = algo.task_values(["open the mail app", "buy a red sofa online"])
     assert p_easy > 0.8 and p_hard < 0.2  # learnt from the 20 trajectories no longer in memory too
-    ranked = Ranked.of(history, buf.sample(4))
+    ranked = Ranked.of(buf, buf.sample(4))
     policy.version = 3
     metrics = algo._train_actor([], [], ranked, steps=1)
     assert "s" in {t.id for t in ranked.fetched}

@@ -84,7 +84,7 @@ def test_an_rlsys_lora_checkpoint_is_its_adapter_and_the_base_beside_it(tmp_path
 
     assert base.folder == tmp_path / "ckpt" / "base" and base.source is None  # the checkpoint's own copy
     assert adapter.folder == tmp_path / "ckpt" / "adapter"
-    assert adapter.settings["r"] == 4 and adapter.settings["lora_alpha"] == 8
+    assert adapter.settings["r"] == LORA.lora.r and adapter.settings["lora_alpha"] == LORA.lora.alpha
     torch.testing.assert_close(log_probs(build_policy(at(tmp_path / "ckpt"))), log_probs(trained))
 
 

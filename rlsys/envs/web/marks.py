@@ -28,13 +28,13 @@ def draw_marks(png: bytes, elements: list[dict]) -> bytes:
     if not elements:
         return png
     image = decode_rgb(png)
-    edges = _edges(image)
+    gray = np.asarray(image.convert("L"))  # before the drawing: the page's own edges
     draw = ImageDraw.Draw(image)
     boxes = [tuple(element["box"]) for element in elements]
     for index, (left, top, width, height) in enumerate(boxes):
         draw.rectangle((left, top, left + width - 1, top + height - 1), outline=_COLORS[index % len(_COLORS)], width=2)
     tags = [_tag(index) for index in range(len(boxes))]
-    for tag, ((x, y, w, h), covers) in zip(tags, label_spots(boxes, [tag.size for tag in tags], edges)):
+    for tag, ((x, y, w, h), covers) in zip(tags, label_spots(boxes, [tag.size for tag in tags], gray)):
         if tag.ink is not None and x + w <= image.width and y + h <= image.height:
             image.paste(_see_through(image.crop((x, y, x + w, y + h)), tag) if covers else tag.opaque, (x, y))
             continue
@@ -107,15 +107,15 @@ _SPOTS = np.array(
 )
 
 
-def label_spots(boxes: list[tuple], sizes: list[tuple], edges: np.ndarray) -> list[tuple[tuple, bool]]:
+def label_spots(boxes: list[tuple], sizes: list[tuple], gray: np.ndarray) -> list[tuple[tuple, bool]]:
     """Where each element's tag goes, (left, top, width, height), and whether it covers a box or another tag.
 
     Of the spots around the box that lie in the image, the one covering the least area of the boxes and of
-    the tags placed before it, then the fewest pixels of `edges` (the image's, see `_edges`), then the
-    first in the order of `_SPOTS`."""
+    the tags placed before it, then the fewest edge pixels of `gray` (the image in gray levels; see
+    `_edge_counts`), then the first in the order of `_SPOTS`."""
     rects = np.asarray(boxes, dtype=np.int64).reshape(-1, 4)
-    spots, fits = _candidate_spots(rects, np.asarray(sizes, dtype=np.int64).reshape(-1, 2), edges.shape)
-    shown = _edge_counts(spots, edges)
+    spots, fits = _candidate_spots(rects, np.asarray(sizes, dtype=np.int64).reshape(-1, 2), gray.shape)
+    shown = _edge_counts(spots, fits, gray)
     # one number per spot ordered as (covered, shown, spot order); a spot outside the image never wins
     scale = len(_SPOTS) * (int(shown.max(initial=0)) + 1)
     tie_breaks = np.where(fits, shown * len(_SPOTS) + np.arange(len(_SPOTS)), np.iinfo(np.int64).max // 2)
@@ -125,10 +125,11 @@ def label_spots(boxes: list[tuple], sizes: list[tuple], edges: np.ndarray) -> li
     placed = []
     for index, near in enumerate(_obstacles_near(spots, fits, obstacles[: len(rects)])):
         covered = _overlap_areas(spots[index], obstacles[near])
-        best = int(np.argmin(covered * scale + tie_breaks[index]))
-        obstacles[len(rects) + index] = spots[index, best]
-        left, top, right, bottom = spots[index, best].tolist()
-        placed.append(((left, top, right - left, bottom - top), bool(covered[best] > 0)))
+        best = int((covered * scale + tie_breaks[index]).argmin())
+        spot = spots[index, best]
+        obstacles[len(rects) + index] = spot
+        left, top, right, bottom = spot.tolist()
+        placed.append(((left, top, right - left, bottom - top), bool(covered[best])))
     return placed
 
 
@@ -150,21 +151,35 @@ def _candidate_spots(rects: np.ndarray, sizes: np.ndarray, shape: tuple) -> tupl
 def _overlap_areas(rects: np.ndarray, others: np.ndarray) -> np.ndarray:
     """For each of `rects` (left, top, right, bottom), the sum of the areas it shares with each of `others`."""
     sides = np.minimum(rects[:, None, 2:], others[:, 2:]) - np.maximum(rects[:, None, :2], others[:, :2])
-    return np.maximum(sides, 0, out=sides).prod(axis=2).sum(axis=1)
+    np.maximum(sides, 0, out=sides)
+    # ufuncs, not .prod and .sum: this runs once per box, and their Python wrappers cost as much as the sums
+    return np.add.reduce(sides[..., 0] * sides[..., 1], axis=1)
 
 
-def _edge_counts(spots: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    """The number of pixels of `edges` under each spot (under its part in the image): from running sums
-    along the rows, two lookups per row of a spot instead of a sum over its pixels."""
-    image_height, image_width = edges.shape
-    running = np.zeros((image_height, image_width + 1), dtype=np.int32)
-    np.cumsum(edges, axis=1, dtype=np.int32, out=running[:, 1:])
-    left, right = np.clip(spots[..., 0], 0, image_width), np.clip(spots[..., 2], 0, image_width)
-    top, bottom = np.clip(spots[..., 1], 0, image_height), np.clip(spots[..., 3], 0, image_height)
-    rows = top[..., None] + np.arange(int((bottom - top).max(initial=0)))
-    in_spot = rows < bottom[..., None]
-    rows = np.minimum(rows, image_height - 1)
-    return ((running[rows, right[..., None]] - running[rows, left[..., None]]) * in_spot).sum(axis=-1)
+def _edge_counts(spots: np.ndarray, fits: np.ndarray, gray: np.ndarray) -> np.ndarray:
+    """The number of edge pixels under each fit spot, 0 for the others. An edge pixel's gray level differs by
+    more than `_EDGE` from the pixel left of it or the one above it.
+
+    Only the spots are looked at, not the whole image: each spot's pixels, with the row above and the column
+    left of them, gathered as one window the size of the largest tag, the part outside the spot masked. A
+    spot that passes the image's edge (a tag larger than the image) is its box's only fit one, so what is
+    counted past the edge decides nothing."""
+    image_height, image_width = gray.shape
+    spots = spots[fits]
+    sizes = spots[:, 2:] - spots[:, :2]
+    width, height = int(sizes[:, 0].max(initial=0)), int(sizes[:, 1].max(initial=0))
+    # a row above and a column left that repeat the image's first, so that no edge is seen at its border,
+    # and room below and right for a spot that passes the image's edge
+    padded = np.zeros((image_height + 1 + height, image_width + 1 + width), dtype=np.uint8)
+    padded[1 : image_height + 1, 1 : image_width + 1] = gray
+    padded[0, 1 : image_width + 1], padded[1 : image_height + 1, 0] = gray[0], gray[:, 0]
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (height + 1, width + 1))[spots[:, 1], spots[:, 0]]
+    pixels = windows[:, 1:, 1:]
+    edges = _differ(pixels, windows[:, 1:, :-1]) | _differ(pixels, windows[:, :-1, 1:])
+    in_spot = (np.arange(height)[:, None] < sizes[:, 1, None, None]) & (np.arange(width) < sizes[:, 0, None, None])
+    counts = np.zeros(fits.shape, dtype=np.int64)
+    counts[fits] = np.count_nonzero(edges & in_spot, axis=(1, 2))
+    return counts
 
 
 def _obstacles_near(spots: np.ndarray, fits: np.ndarray, boxes: np.ndarray) -> list[np.ndarray]:
@@ -189,15 +204,6 @@ def _meet(rects: np.ndarray, others: np.ndarray) -> np.ndarray:
         & (rects[:, None, 1] < others[:, 3])
         & (others[:, 1] < rects[:, None, 3])
     )
-
-
-def _edges(image: Image.Image) -> np.ndarray:
-    """1 where the image changes (text, lines) from the pixel left of it or above it, else 0."""
-    gray = np.asarray(image.convert("L"))
-    edges = np.zeros(gray.shape, dtype=np.uint8)
-    edges[:, 1:] |= _differ(gray[:, 1:], gray[:, :-1])
-    edges[1:, :] |= _differ(gray[1:, :], gray[:-1, :])
-    return edges
 
 
 def _differ(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -1,4 +1,5 @@
-"""Set-of-marks drawing and the PNG encoder it uses, read back by Pillow (a decoder nobody here wrote)."""
+"""Set-of-marks drawing and the PNG encoder it uses, read back by Pillow (a decoder nobody here wrote), on
+made-up images and on screenshots Chromium took."""
 
 import io
 import struct
@@ -9,16 +10,34 @@ import pytest
 from PIL import Image, ImageDraw, ImageFont
 
 from rlsys.envs.web.marks import _COLORS, _EDGE, _PAD, _SEE_THROUGH, LABEL_FONT_SIZE, draw_marks
-from rlsys.envs.web.png import _chunk, decode_rgb, encode_png
+from rlsys.envs.web.png import PNG_LEVEL, _chunk, _unfiltered_rgb, decode_rgb, encode_png
+from rlsys.envs.web.webenv import WebEnv
+from tests.envs.web.test_env_web import task, web_config
 
 
 def decode(png: bytes) -> np.ndarray:
     return np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
 
 
-def test_encoded_png_decodes_to_the_same_pixels():
-    pixels = np.random.default_rng(0).integers(0, 256, (37, 53, 3), dtype=np.uint8)  # odd sizes, noise
-    assert np.array_equal(decode(encode_png(Image.fromarray(pixels))), pixels)
+def plain_encode_png(image: Image.Image) -> bytes:
+    """The PNG the web env has always written, built the plain way: each row led by its filter type (0,
+    none), all of them in one buffer compressed in one call. The learner's images must not change."""
+    pixels = np.asarray(image.convert("RGB"))
+    height, width, _ = pixels.shape
+    rows = np.zeros((height, width * 3 + 1), np.uint8)
+    rows[:, 1:] = pixels.reshape(height, -1)
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    idat = zlib.compress(rows.tobytes(), PNG_LEVEL)
+    return b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", header) + _chunk(b"IDAT", idat) + _chunk(b"IEND", b"")
+
+
+@pytest.mark.parametrize("size", [(37, 53), (1, 1), (768, 1024)])  # odd sizes, one pixel, a screenshot's
+def test_encoded_png_decodes_to_the_same_pixels_and_bytes_as_ever(size):
+    pixels = np.random.default_rng(0).integers(0, 256, (*size, 3), dtype=np.uint8)
+    pixels[: size[0] // 2] //= 64  # runs for zlib to find too, not noise alone
+    png = encode_png(Image.fromarray(pixels))
+    assert np.array_equal(decode(png), pixels)
+    assert png == plain_encode_png(Image.fromarray(pixels))
 
 
 def test_marks_outline_each_box_and_leave_the_rest():
@@ -57,7 +76,7 @@ def plain_draw_marks(png: bytes, elements: list[dict]) -> bytes:
         else:
             draw.rectangle((x, y, x + w - 1, y + h - 1), fill=color)
         draw.text((x + _PAD - x0, y + _PAD - y0), str(index), fill="white", font=FONT)
-    return encode_png(image)
+    return plain_encode_png(image)
 
 
 def plain_spot(box: tuple, size: tuple, obstacles: list[tuple], edges: np.ndarray) -> tuple[int, int, int]:
@@ -174,3 +193,51 @@ def test_screenshots_decode_as_pillow_decodes_them(encoding):
     else:
         png = pillow_png(pixels, encoding)
     assert np.array_equal(np.asarray(decode_rgb(png)), decode(png))
+
+
+# -- on screenshots Chromium took --------------------------------------------------------------------------
+
+# text in several sizes and colours over a gradient: rows that differ from the ones above in every way
+RICH_CONTENT = """
+const block = document.createElement("div");
+block.style = "position:absolute; left:0; top:330px; width:1024px; height:440px; font:13px serif;"
+    + "background:linear-gradient(100deg, #fff 0%, #fc0 40%, #036 100%); color:#123";
+for (let i = 0; i < 60; i++) {
+  const line = document.createElement("span");
+  line.style = `font-size:${9 + i % 12}px; color:hsl(${i * 37}, 70%, ${20 + i % 50}%)`;
+  line.textContent = `Line ${i}: the quick brown fox jumps over the lazy dog, ${"=".repeat(i % 9)} `;
+  block.appendChild(line);
+}
+document.body.appendChild(block);
+"""
+
+
+@pytest.fixture(scope="module")
+def screenshots(tmp_path_factory, site):
+    """(PNG, elements) for two test pages as the web env sees them: one as served, one with text and colour
+    added, both taken by Chromium at the env's 1024x768."""
+    env = WebEnv(web_config(tmp_path_factory.mktemp("web"), action_space="pae"))
+    try:
+        taken = []
+        for page in ("elements.html", "actions.html"):
+            obs = env.reset(task(site, page))
+            if page == "actions.html":
+                env.driver.execute_script(RICH_CONTENT)
+            taken.append((env.browser.screenshot_png(), obs.extras["elements"]))
+        return taken
+    finally:
+        env.close()
+
+
+def test_chromium_screenshots_decode_on_the_fast_path_as_pillow_decodes_them(screenshots):
+    for png, _ in screenshots:
+        assert _unfiltered_rgb(png) is not None, "Chromium's PNG is no longer of the kind the fast path reads"
+        assert np.array_equal(np.asarray(decode_rgb(png)), decode(png))
+
+
+def test_draw_marks_on_chromium_screenshots_matches_a_plain_implementation(screenshots):
+    for png, elements in screenshots:
+        assert len(elements) >= 5
+        height, width, _ = decode(png).shape
+        for boxes in (elements, elements + random_boxes(width, height, 200 - len(elements), seed=len(elements))):
+            assert draw_marks(png, boxes) == plain_draw_marks(png, boxes)

@@ -20,9 +20,22 @@ The sites are the HTML of Debian's documentation packages (see doc_sites.py), ea
   --steps-per-page steps cycling `Scroll [WINDOW]; [down]`, `Scroll [WINDOW]; [up]`, `Click [N]` on
   a random listed same-site link and, where a search box is listed, `Type [N]; [query]` (which
   presses Enter); a click or search that changed the URL is followed by `GoBack`.
-- Errors. EnvBrokenError from reset or step per 1000 env calls (resets and steps); after one the
-  env is closed and a new one built, as the runner does, and the walk goes on with the next page.
-  Any other exception is recorded with its page and the benchmark goes on too.
+  Each page is first reset once untimed: training resets to the same start pages again and again,
+  and without it the timed reset would pay for a first visit that the floor, coming after it,
+  does not. The commands the env sends in each timed reset and step are counted: WebDriver
+  commands (each goes through the driver's `execute`, chromedriver's CDP calls included) and,
+  where the browser has a DevTools connection of its own, the commands sent over it.
+- The floor. After the env's walk, the same page is reset and the walk replayed (the same scrolls,
+  clicks and searches at the same viewport points, the same GoBacks) by a bare loop that does only
+  what a step must: act over DevTools, wait until the page is idle, take one screenshot, list the
+  elements once (web_floor.py defines it). It runs on the env's own browser, in the same run, so
+  the env's latencies are reported beside the floor's and as multiples of them (p50 and p90, by
+  step kind too). A replayed step that ends on another URL than the env's did is counted (a page
+  that keeps changing can move a link between the two walks).
+- Errors. EnvBrokenError from reset or step per 1000 env calls (resets, warm-ups included, and
+  steps); after one the env is closed and a new one built, as the runner does, and the walk goes
+  on with the next page. Any other exception is recorded with its page and the benchmark goes on
+  too; so is a failure of the floor, apart.
 
     python benchmarks/web_real_pages.py --steps-per-page 10 --seed 0
 """
@@ -43,6 +56,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 from doc_sites import Page, Site, available_sites, serve
+from web_floor import Floor, timed, viewport_point
 from web_step_latency import machine
 
 from rlsys.core.env import EnvBrokenError
@@ -143,6 +157,40 @@ def timed_step(env, action: str):
     t0 = time.perf_counter()
     result = env.step(pae(action))
     return result, round((time.perf_counter() - t0) * 1000, 1)
+
+
+CHANNELS = ("webdriver", "devtools")
+
+
+def count_commands(env, call, *args):
+    """`call(env, *args)`'s result and ms, and the commands it sent by channel and name: through chromedriver
+    ("webdriver"; a DevTools command sent that way as `executeCdpCommand Method`), every one of which goes through
+    the driver's `execute`; and over the browser's own DevTools connection where it has one ("devtools"), every
+    one of which goes through its `send`."""
+    counts = {channel: Counter() for channel in CHANNELS}
+    driver, devtools = env.driver, getattr(env.browser, "devtools", None)
+    execute = driver.execute
+
+    def counted_execute(command, params=None):
+        counts["webdriver"][f"{command} {params['cmd']}" if command == "executeCdpCommand" else command] += 1
+        return execute(command, params)
+
+    driver.execute = counted_execute
+    if devtools is not None:
+        send = devtools.send
+
+        def counted_send(method, *rest, **params):
+            counts["devtools"][method] += 1
+            return send(method, *rest, **params)
+
+        devtools.send = counted_send
+    try:
+        result, ms = call(env, *args)
+    finally:  # the classes' own again
+        del driver.execute
+        if devtools is not None:
+            del devtools.send
+    return result, ms, {channel: dict(c) for channel, c in counts.items()}
 
 
 # -- coverage -------------------------------------------------------------------------------
@@ -302,30 +350,51 @@ def same_site_page(href: str, base_url: str) -> bool:
     return href.startswith(base_url + "/") and Path(urlsplit(href).path).suffix in CLICKABLE_SUFFIXES
 
 
-def click_action(env, obs, base_url: str, max_elements: int, rng: random.Random) -> str | None:
+def click_target(env, obs, base_url: str, max_elements: int, rng: random.Random) -> int | None:
     matched = match_links(ground_truth(env), obs.extras["elements"], max_elements)
     targets = [
         m["element"] for m in matched if m["element"] is not None and same_site_page(m["link"]["href"], base_url)
     ]
-    return f"Click [{rng.choice(targets)}]" if targets else None
+    return rng.choice(targets) if targets else None
 
 
-def type_action(obs) -> str | None:
+def search_box(obs) -> int | None:
     boxes = [i for i, e in enumerate(obs.extras["elements"]) if e.get("editable")]
-    return f"Type [{boxes[0]}]; [{SEARCH_QUERY}]" if boxes else None
+    return boxes[0] if boxes else None
 
 
-def next_action(kind: str, env, obs, base_url: str, max_elements: int, rng: random.Random) -> str | None:
+def next_action(kind: str, env, obs, base_url: str, max_elements: int, rng: random.Random) -> dict | None:
+    """The step of this kind to take on the page just observed: the env's action and what the floor needs to
+    replay it (where the env clicks, in viewport pixels; the query); None where there is nothing to act on."""
     if kind == "scroll down":
-        return "Scroll [WINDOW]; [down]"
+        return {"kind": kind, "action": "Scroll [WINDOW]; [down]"}
     if kind == "scroll up":
-        return "Scroll [WINDOW]; [up]"
+        return {"kind": kind, "action": "Scroll [WINDOW]; [up]"}
+    if kind == "back":
+        return {"kind": kind, "action": "GoBack"}
     if kind == "click":
-        return click_action(env, obs, base_url, max_elements, rng)
-    return type_action(obs)
+        index = click_target(env, obs, base_url, max_elements, rng)
+        action = f"Click [{index}]"
+    else:
+        index = search_box(obs)
+        action = f"Type [{index}]; [{SEARCH_QUERY}]"
+    if index is None:
+        return None
+    point = viewport_point(obs.extras["elements"][index], env.area, env.scale)
+    return {"kind": kind, "action": action, "point": point, **({"text": SEARCH_QUERY} if kind == "type" else {})}
 
 
 WALK = ("scroll down", "scroll up", "click", "type")
+
+
+def take_step(env, step: dict, record: dict):
+    """Take one step, timed and with its commands counted; record it for the floor to replay."""
+    result, ms, commands = count_commands(env, timed_step, step["action"])
+    record["steps"].append((step["kind"], ms))
+    for channel in CHANNELS:
+        record[f"{channel}_commands"].append(commands[channel])
+    record["replay"].append({**step, "url": result.observation.location})
+    return result.observation
 
 
 def walk(env, obs, base_url: str, steps: int, max_elements: int, rng: random.Random, record: dict) -> None:
@@ -334,17 +403,42 @@ def walk(env, obs, base_url: str, steps: int, max_elements: int, rng: random.Ran
     while len(record["steps"]) < steps:
         kind = WALK[cycle % len(WALK)]
         cycle += 1
-        action = next_action(kind, env, obs, base_url, max_elements, rng)
-        if action is None:  # nothing to click or type here: the scrolls still fill the walk
+        step = next_action(kind, env, obs, base_url, max_elements, rng)
+        if step is None:  # nothing to click or type here: the scrolls still fill the walk
             continue
         before = obs.location
-        result, ms = timed_step(env, action)
-        obs = result.observation
-        record["steps"].append((kind, ms))
+        obs = take_step(env, step, record)
         if kind in ("click", "type") and obs.location != before and len(record["steps"]) < steps:
-            result, ms = timed_step(env, "GoBack")
-            obs = result.observation
-            record["steps"].append(("back", ms))
+            obs = take_step(env, next_action("back", env, obs, base_url, max_elements, rng), record)
+
+
+# -- the floor ------------------------------------------------------------------------------
+
+
+def replay(floor: Floor, step: dict) -> tuple[dict, float]:
+    """One step of the env's walk, as the floor takes it; the page it observed and the ms."""
+    kind = step["kind"]
+    if kind.startswith("scroll"):
+        return timed(floor.scroll, -1 if kind == "scroll up" else 1)
+    if kind == "click":
+        return timed(floor.click, *step["point"])
+    if kind == "type":
+        return timed(floor.type, *step["point"], step["text"])
+    return timed(floor.back)
+
+
+def floor_run(env, url: str, record: dict) -> None:
+    """The floor on the env's browser: a reset to the page, then the env's steps replayed in order. A step whose
+    page is at another URL than the env's was is counted: the two walks parted ways."""
+    floor = Floor(env.browser, env.cfg.settle_quiet_ms, env.cfg.settle_timeout_s)
+    try:
+        _, record["floor_reset_ms"] = timed(floor.reset, url)
+        for step in record["replay"]:
+            page, ms = replay(floor, step)
+            record["floor_steps"].append((step["kind"], ms))
+            record["floor_url_mismatches"] += page["url"] != step["url"]
+    finally:
+        floor.close()
 
 
 # -- one page -------------------------------------------------------------------------------
@@ -360,35 +454,60 @@ class Bench:
         self.max_elements = self.env.cfg.max_elements
         self.env_broken: list[dict] = []
         self.unexpected: list[dict] = []
+        self.floor_errors: list[dict] = []
 
     def rebuild(self) -> None:
         close_quietly(self.env)
         self.env = make_env()
 
     def run_page(self, site: Site, page: Page, base_url: str) -> dict:
-        record = {"site": site.name, "kind": page.kind, "path": page.path, "steps": [], "views": {}}
-        phase = "reset"
+        url = f"{base_url}/{page.path}"
+        record = {
+            "site": site.name,
+            "kind": page.kind,
+            "path": page.path,
+            "steps": [],
+            "views": {},
+            "webdriver_commands": [],  # per step, by command
+            "devtools_commands": [],
+            "replay": [],  # per step, what the floor replays
+            "floor_steps": [],
+            "floor_url_mismatches": 0,
+        }
+        phase = "warm-up reset"
         try:
-            obs, record["reset_ms"] = timed_reset(self.env, f"{base_url}/{page.path}")
+            timed_reset(self.env, url)  # not timed: training resets to the same start pages again and again
+            record["warmed_up"] = True
+            phase = "reset"
+            obs, record["reset_ms"], commands = count_commands(self.env, timed_reset, url)
+            for channel in CHANNELS:
+                record[f"reset_{channel}_commands"] = commands[channel]
             record["settled"] = obs.extras.get("settled")
             phase = "coverage at the top"
             record["views"]["top"] = coverage(self.env, obs, self.max_elements)
             phase = "scroll"
-            result, ms = timed_step(self.env, "Scroll [WINDOW]; [down]")
-            record["steps"].append(("scroll down", ms))
+            scroll = next_action("scroll down", self.env, obs, base_url, self.max_elements, self.rng)
+            obs = take_step(self.env, scroll, record)
             phase = "coverage after scrolling"
-            record["views"]["scrolled"] = coverage(self.env, result.observation, self.max_elements)
+            record["views"]["scrolled"] = coverage(self.env, obs, self.max_elements)
             phase = "walk"
-            walk(self.env, result.observation, base_url, self.steps_per_page, self.max_elements, self.rng, record)
+            walk(self.env, obs, base_url, self.steps_per_page, self.max_elements, self.rng, record)
         except EnvBrokenError as e:
             self.env_broken.append({"site": site.name, "page": page.path, "phase": phase, "error": str(e)[:300]})
             print(f"  EnvBrokenError during {phase}: {str(e)[:200]}; building a new env")
             self.rebuild()
+            return record
         except Exception as e:  # recorded and reported; the next page starts with a reset
             self.unexpected.append(
                 {"site": site.name, "page": page.path, "phase": phase, "error": f"{type(e).__name__}: {str(e)[:300]}"}
             )
             print(f"  unexpected {type(e).__name__} during {phase}: {str(e)[:200]}")
+            return record
+        try:
+            floor_run(self.env, url, record)
+        except Exception as e:  # the floor's own failure: reported apart from the env's errors
+            self.floor_errors.append({"site": site.name, "page": page.path, "error": f"{type(e).__name__}: {e}"[:300]})
+            print(f"  the floor failed: {type(e).__name__}: {str(e)[:200]}")
         return record
 
 
@@ -454,6 +573,66 @@ def summarise(pages: list[dict]) -> dict:
         "reset_ms": percentiles([p["reset_ms"] for p in pages if "reset_ms" in p]),
         "step_ms": percentiles([ms for _, ms in steps]),
         "step_ms_by_kind": {kind: percentiles([ms for k, ms in steps if k == kind]) for kind in step_kinds},
+        **floor_summary(pages, step_kinds),
+        **{f"{channel}_commands": command_summary(pages, channel) for channel in CHANNELS},
+    }
+
+
+def floor_summary(pages: list[dict], step_kinds: list[str]) -> dict:
+    """The floor's latencies over the same pages and steps, and the env's p50 and p90 as multiples of the floor's."""
+    steps = [s for p in pages for s in p.get("floor_steps", [])]
+    env_steps = [s for p in pages for s in p["steps"]]
+    summary = {
+        "floor_reset_ms": percentiles([p["floor_reset_ms"] for p in pages if "floor_reset_ms" in p]),
+        "floor_step_ms": percentiles([ms for _, ms in steps]),
+        "floor_step_ms_by_kind": {kind: percentiles([ms for k, ms in steps if k == kind]) for kind in step_kinds},
+        "floor_url_mismatches": sum(p.get("floor_url_mismatches", 0) for p in pages),
+    }
+    env_by_kind = {kind: percentiles([ms for k, ms in env_steps if k == kind]) for kind in step_kinds}
+    summary["ratio_to_floor"] = {
+        "reset": times(percentiles([p["reset_ms"] for p in pages if "reset_ms" in p]), summary["floor_reset_ms"]),
+        "step": times(percentiles([ms for _, ms in env_steps]), summary["floor_step_ms"]),
+        "step_by_kind": {kind: times(env_by_kind[kind], summary["floor_step_ms_by_kind"][kind]) for kind in step_kinds},
+    }
+    return summary
+
+
+def times(env: dict | None, floor: dict | None) -> dict | None:
+    """env's p50 and p90 over floor's."""
+    if not env or not floor:
+        return None
+    return {q: round(env[q] / floor[q], 2) if floor[q] else None for q in ("p50", "p90")}
+
+
+def median_total(counts: list[dict]) -> float | None:
+    """The median over `counts` of each one's total."""
+    return float(np.median([sum(c.values()) for c in counts])) if counts else None
+
+
+def command_summary(pages: list[dict], channel: str) -> dict | None:
+    """The commands the env sent on one channel (count_commands) per timed step and reset: the median count, per
+    step kind too, and the mean per step of each command."""
+    per_step = [
+        (kind, commands) for p in pages for (kind, _), commands in zip(p["steps"], p.get(f"{channel}_commands", []))
+    ]
+    resets = [p[f"reset_{channel}_commands"] for p in pages if f"reset_{channel}_commands" in p]
+    if not per_step:
+        return None
+    by_command, reset_by_command = Counter(), Counter()
+    for _, commands in per_step:
+        by_command.update(commands)
+    for commands in resets:
+        reset_by_command.update(commands)
+    return {
+        "step_p50": median_total([c for _, c in per_step]),
+        "reset_p50": median_total(resets),
+        "step_p50_by_kind": {
+            kind: median_total([c for k, c in per_step if k == kind]) for kind in sorted({k for k, _ in per_step})
+        },
+        "by_command": {name: round(n / len(per_step), 2) for name, n in by_command.most_common()},
+        "reset_by_command": {name: round(n / len(resets), 2) for name, n in reset_by_command.most_common()},
+        "steps": len(per_step),
+        "resets": len(resets),
     }
 
 
@@ -464,13 +643,18 @@ def percent(value: float | None) -> str:
     return "-" if value is None else f"{value:.1%}"
 
 
+def p50_ratio(ratios: dict | None) -> str:
+    return "-" if not ratios else f"{ratios['p50']:.2f}"
+
+
 def p50_p90(stats: dict | None) -> str:
     return "-" if not stats else f"{stats['p50']:.0f}/{stats['p90']:.0f}"
 
 
 def print_report(results: dict) -> None:
     columns = ("links", "cover", "+text", "top", "scrl", "junk")
-    print(f"\n{'site':<17} " + " ".join(f"{c:>6}" for c in columns) + f" {'reset':>11} {'step':>11}")
+    latency = ("reset", "floor", "x", "step", "floor", "x")
+    print(f"\n{'site':<17} " + " ".join(f"{c:>6}" for c in columns) + " " + " ".join(f"{c:>9}" for c in latency))
     for name, s in [*results["sites"].items(), ("overall", results["overall"])]:
         both, top, scrolled = (s["coverage"][view] for view in ("both_views", "top", "scrolled"))
         cells = (
@@ -481,24 +665,41 @@ def print_report(results: dict) -> None:
             percent(scrolled["coverage"]),
             both["junk_elements"],
         )
-        print(
-            f"{name:<17} "
-            + " ".join(f"{c:>6}" for c in cells)
-            + f" {p50_p90(s['reset_ms']):>11} {p50_p90(s['step_ms']):>11}"
+        ratios = s["ratio_to_floor"]
+        times_cells = (
+            p50_p90(s["reset_ms"]),
+            p50_p90(s["floor_reset_ms"]),
+            p50_ratio(ratios["reset"]),
+            p50_p90(s["step_ms"]),
+            p50_p90(s["floor_step_ms"]),
+            p50_ratio(ratios["step"]),
         )
+        print(f"{name:<17} " + " ".join(f"{c:>6}" for c in cells) + " " + " ".join(f"{c:>9}" for c in times_cells))
     print(
         "cover: visible links listed, both views; +text: listed with their text; top, scrl: cover per view;\n"
-        "junk: listed elements with no text or only marks; reset, step: p50/p90 ms"
+        "junk: listed elements with no text or only marks; reset, step: the env's p50/p90 ms; floor: the floor's\n"
+        "p50/p90 ms on the same pages and steps; x: the env's p50 over the floor's"
     )
     overall = results["overall"]
-    print(
-        "\nstep p50 ms by kind: "
-        + ", ".join(f"{k} {p50_p90(v)} (n={v['n']})" for k, v in overall["step_ms_by_kind"].items())
-    )
+    print("\nby step kind, p50/p90 ms: env, floor, env/floor at p50 and p90")
+    for kind, env in overall["step_ms_by_kind"].items():
+        floor, ratios = overall["floor_step_ms_by_kind"][kind], overall["ratio_to_floor"]["step_by_kind"][kind]
+        shown = "-" if not ratios else f"{ratios['p50']}x / {ratios['p90']}x"
+        print(f"  {kind:<12} {p50_p90(env):>9} {p50_p90(floor):>9}  {shown}  (n={env['n']})")
+    if overall["floor_url_mismatches"]:
+        print(f"floor steps that ended on another URL than the env's: {overall['floor_url_mismatches']}")
+    for channel, label in (("webdriver", "WebDriver"), ("devtools", "DevTools (the env's own connection)")):
+        commands = overall[f"{channel}_commands"]
+        if commands and commands["by_command"]:
+            print(
+                f"{label} commands per step p50 {commands['step_p50']:g}, per reset p50 {commands['reset_p50']:g}; "
+                "per step: " + ", ".join(f"{name} {n:g}" for name, n in commands["by_command"].items())
+            )
     errors = results["errors"]
     print(
         f"env calls {errors['env_calls']}: EnvBrokenError {len(errors['env_broken'])} "
-        f"({errors['env_broken_per_1000_calls']} per 1000), other exceptions {len(errors['unexpected'])}"
+        f"({errors['env_broken_per_1000_calls']} per 1000), other exceptions {len(errors['unexpected'])}, "
+        f"floor failures {len(errors['floor'])}"
     )
     print("\nverdicts on visible links, with examples:")
     for name, s in results["sites"].items():
@@ -551,8 +752,10 @@ def main() -> None:
         raise SystemExit("none of the documentation sites is installed")
     t0, load_before = time.monotonic(), os.getloadavg()[0]
     pages, bench = run(sites, args.steps_per_page, args.seed)
-    # the timed resets and steps, and the calls that broke (which have no time)
-    env_calls = sum(len(page["steps"]) + ("reset_ms" in page) for page in pages) + len(bench.env_broken)
+    # the warm-up and timed resets, the timed steps, and the calls that broke (which have no time)
+    env_calls = sum(len(page["steps"]) + ("reset_ms" in page) + page.get("warmed_up", False) for page in pages) + len(
+        bench.env_broken
+    )
     results = {
         "command": shlex.join(["python", "benchmarks/web_real_pages.py", *sys.argv[1:]]),
         "machine": machine(),
@@ -574,6 +777,7 @@ def main() -> None:
             "env_broken": bench.env_broken,
             "env_broken_per_1000_calls": round(1000 * len(bench.env_broken) / max(env_calls, 1), 2),
             "unexpected": bench.unexpected,
+            "floor": bench.floor_errors,
         },
         "pages": pages,
     }

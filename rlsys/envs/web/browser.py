@@ -20,7 +20,8 @@ from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.chrome.service import Service
 
 from rlsys.core.env import EnvSetupError
-from rlsys.envs.web.downloads import CONNECTION_ERRORS, DownloadCap
+from rlsys.envs.web.devtools import CONNECTION_ERRORS, DevTools, DevToolsError, TabSessions
+from rlsys.envs.web.downloads import DownloadCap
 
 # Hosts Chromium calls at every start whatever the flags and preferences say: Google's account list and the
 # default search engine's start page. They resolve to nothing inside Chromium and skip the proxy, so no request
@@ -172,6 +173,14 @@ class PageScriptError(Exception):
     """A script the env ran in the page threw: the page changed what the script relies on, or went away."""
 
 
+class PageGoneError(PageScriptError):
+    """The document a script ran in went away before it answered (a link followed, a form submitted)."""
+
+
+# what DevTools answers a script whose document went away
+_PAGE_GONE = ("Inspected target navigated or closed", "Execution context was destroyed", "Cannot find context with")
+
+
 class Browser:
     """One Chromium process and its chromedriver; `pids()` lists them so they can be watched.
 
@@ -253,20 +262,62 @@ class Browser:
         self.driver.set_page_load_timeout(timeout_s)
         self.driver.set_script_timeout(timeout_s)
         try:
-            self.download_cap = DownloadCap(Path(self._profile), self.downloads, download_max_mb)
+            self.devtools = DevTools(Path(self._profile))
+            self.tabs = TabSessions(self.devtools)
+            self.download_cap = DownloadCap(self.devtools, self.downloads, download_max_mb)
+            self._tab = self.driver.current_window_handle
+            self.prepare_tab()
         except CONNECTION_ERRORS as e:
             self.driver.quit()
-            raise EnvSetupError(f"no DevTools connection to Chromium for its downloads: {e}") from None
-        self.prepare_tab()
+            raise EnvSetupError(f"no DevTools connection to Chromium: {e}") from None
 
     def cdp(self, command: str, **params) -> dict:
-        return self.driver.execute_cdp_cmd(command, params)
+        """A DevTools command to the current tab, over the browser's own connection (devtools.py)."""
+        return self.devtools.call(command, self.tabs.session(self._tab), self.timeout_s, **params)
+
+    def loading(self) -> bool:
+        """Whether the current tab's page is loading a document (TabSessions.loading)."""
+        return self.tabs.loading(self._tab)
+
+    def loaded(self) -> None:
+        """Note that the current tab's load is over: chromedriver waited for it, or stopped it."""
+        self.tabs.loaded(self._tab)
+
+    def take_dialogs(self) -> list[str]:
+        """The dialogs accepted over DevTools since the last call (TabSessions)."""
+        return self.tabs.take_dialogs()
+
+    def switch_to(self, handle: str) -> None:
+        """Make the tab `handle` the current one, for chromedriver and for `cdp`."""
+        self.driver.switch_to.window(handle)
+        self._tab = handle
+
+    def new_tab(self) -> None:
+        """Open a tab, make it the current one and prepare it."""
+        self.driver.switch_to.new_window("tab")
+        self._tab = self.driver.current_window_handle
+        self.prepare_tab()
 
     def call_in_page(self, function: str, *args):
         """Call `function` (the JavaScript source of one) with `args` in the current tab's page and return its
         result. Over CDP rather than chromedriver's execute_script, whose own checks of the page around the
-        call cost about 10 ms more. Raises PageScriptError where the function throws."""
-        reply = self.cdp("Runtime.evaluate", expression=f"({function})(...{json.dumps(args)})", returnByValue=True)
+        call cost about 10 ms more. Raises PageScriptError where the function throws, PageGoneError where the
+        page went away meanwhile."""
+        return self._evaluate(f"({function})(...{json.dumps(args)})")
+
+    def await_in_page(self, script: str, *args):
+        """Run `script`, written for WebDriver's execute_async_script (its last argument is the callback), in the
+        current tab's page with `args`, and return what it passes to the callback; as call_in_page, over CDP."""
+        call = f"new Promise((resolve) => (function () {{\n{script}\n}}).apply(null, [...{json.dumps(args)}, resolve]))"
+        return self._evaluate(call, awaitPromise=True)
+
+    def _evaluate(self, expression: str, **options):
+        try:
+            reply = self.cdp("Runtime.evaluate", expression=expression, returnByValue=True, **options)
+        except DevToolsError as e:
+            if any(sign in str(e) for sign in _PAGE_GONE):
+                raise PageGoneError(str(e)) from None
+            raise
         if "exceptionDetails" in reply:
             details = reply["exceptionDetails"]
             raise PageScriptError(details.get("exception", {}).get("description") or details.get("text", ""))
@@ -274,9 +325,11 @@ class Browser:
 
     def prepare_tab(self) -> None:
         """Exact viewport and the init script for the current tab (each tab needs its own)."""
+        # through chromedriver's session, which lasts as long as the tab: a session's overrides and scripts end with it
         width, height = self.viewport
-        self.cdp("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1, mobile=False)
-        self.cdp("Page.addScriptToEvaluateOnNewDocument", source=_PAGE_INIT_SCRIPT)
+        metrics = {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False}
+        self.driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)
+        self.driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": _PAGE_INIT_SCRIPT})
 
     @contextmanager
     def page_loads_cut_at(self, seconds: float) -> Iterator[None]:
@@ -292,12 +345,12 @@ class Browser:
     def tab_urls(self) -> dict[str, str]:
         """Each tab's URL by window handle, without switching to it or waiting for it; "" while a
         tab's first page has not arrived. (chromedriver's window handles are DevTools target ids.)"""
-        targets = self.cdp("Target.getTargets")["targetInfos"]
+        targets = self.devtools.call("Target.getTargets", timeout_s=self.timeout_s)["targetInfos"]
         return {t["targetId"]: t["url"] for t in targets if t["type"] == "page"}
 
     def close_tab(self, handle: str) -> None:
         """Close a tab without switching to it, so without waiting for its page to load."""
-        self.cdp("Target.closeTarget", targetId=handle)
+        self.devtools.call("Target.closeTarget", timeout_s=self.timeout_s, targetId=handle)
 
     def screenshot_png(self, area: tuple[int, int, int, int] | None = None, scale: int = 1) -> bytes:
         """The viewport, or only `area` (left, top, width, height in viewport pixels) rendered `scale` times
@@ -336,10 +389,12 @@ class Browser:
         The HTTP cache holds no session, only copies of resources under the sites' own caching rules, as any
         user's browser keeps them; clearing it made each reset load every script and stylesheet again
         (a documentation page: 520 ms cold against 60-135 ms warm)."""
-        self.cdp("Network.clearBrowserCookies")
+        # through chromedriver, which first waits for the navigation away from the last page to end: sent over
+        # DevTools right after it, the clearing came before that page's last writes (tests/envs/web: writer.html)
+        self.driver.execute_cdp_cmd("Network.clearBrowserCookies", {})
         if http_cache:
-            self.cdp("Network.clearBrowserCache")
-        self.cdp("Storage.clearDataForOrigin", origin="*", storageTypes="all")
+            self.driver.execute_cdp_cmd("Network.clearBrowserCache", {})
+        self.driver.execute_cdp_cmd("Storage.clearDataForOrigin", {"origin": "*", "storageTypes": "all"})
 
     def pids(self) -> dict[str, list[int]]:
         """chromedriver, Chromium's processes, and the guard's two above them (browser_guard.py)."""
@@ -371,6 +426,7 @@ class Browser:
 
     def close(self) -> None:
         self.download_cap.close()
+        self.devtools.close()
         try:
             self.driver.quit()
         except Exception:  # the browser may already be gone; make sure nothing is left behind

@@ -1,9 +1,9 @@
 """The download cap (env.download_max_mb), enforced while the bytes arrive rather than when the page is next
 observed: a download over the cap is cancelled, and Chromium deletes what it had written.
 
-The env talks to Chromium over a DevTools connection of its own (chromedriver exposes no events), on the port
-Chromium writes into its profile (DevToolsActivePort). Downloads are allowed into the env's folder with events
-on: `Browser.downloadWillBegin` names each download, and `Browser.downloadProgress` says how far it got. A
+The env hears of downloads over its own DevTools connection (devtools.py; chromedriver exposes no events).
+Downloads are allowed into the env's folder with events on: `Browser.downloadWillBegin` names each download,
+and `Browser.downloadProgress` says how far it got. A
 download whose announced size (Content-Length) is over the cap is cancelled at its first progress event, before
 its body arrives. Without one, the progress events come only every 500 ms, time for a fast server to write
 hundreds of MB, so while a download is in progress a sampler reads the sizes of the partial files
@@ -17,41 +17,27 @@ which the env's observation removes.
 
 from __future__ import annotations
 
-import itertools
-import json
 import threading
 from pathlib import Path
 
 import websocket
 
-# what a DevTools connection that cannot be made raises (a missing or torn DevToolsActivePort, a refused socket,
-# a failed handshake, a refused command)
-CONNECTION_ERRORS = (OSError, ValueError, RuntimeError, websocket.WebSocketException)
+from rlsys.envs.web.devtools import DevTools, DevToolsError
+
 SAMPLE_S = 0.01
-_REPLY_TIMEOUT_S = 10.0
 PARTIAL = ".crdownload"
 
 
 class DownloadCap:
-    """Downloads into `folder` with the cap enforced (see the module's docstring). `report()` lists what
-    changed in the folder since the last call and the downloads cancelled meanwhile."""
+    """Downloads into `folder` with the cap enforced (see the module's docstring), over the browser's DevTools
+    connection. `report()` lists what changed in the folder since the last call and the downloads cancelled
+    meanwhile."""
 
-    def __init__(self, profile: Path, folder: Path, cap_mb: float):
+    def __init__(self, devtools: DevTools, folder: Path, cap_mb: float):
         self.folder = folder
         self.cap_mb = cap_mb
         self._cap = cap_mb * 1e6
-        port, path = (profile / "DevToolsActivePort").read_text().split()[:2]
-        self._ws = websocket.create_connection(
-            f"ws://127.0.0.1:{port}{path}",
-            suppress_origin=True,
-            timeout=10,
-            http_no_proxy=["127.0.0.1"],  # never through a proxy the caller's environment names
-        )
-        self._ws.settimeout(None)
-        self._ids = itertools.count(1)
-        self._send_lock = threading.Lock()
-        self._replies: dict[int, dict] = {}
-        self._replied = threading.Condition()
+        self._devtools = devtools
         # The reader thread takes only _state, briefly: it must stay free to deliver the replies that a
         # cancellation waits for. _folder is held from a cancellation to the removal of its file, and by report().
         self._state = threading.Lock()
@@ -61,38 +47,10 @@ class DownloadCap:
         self._cancelled: list[dict] = []  # entries for the next report
         self._busy = threading.Event()  # a download is in progress: sample
         self._stopped = threading.Event()
-        threading.Thread(target=self._read, name="rlsys-downloads", daemon=True).start()
-        self.call("Browser.setDownloadBehavior", behavior="allow", downloadPath=str(folder), eventsEnabled=True)
+        for method in ("Browser.downloadWillBegin", "Browser.downloadProgress"):
+            devtools.on(method, lambda params, _session, method=method: self._on_download(method, params))
+        devtools.call("Browser.setDownloadBehavior", behavior="allow", downloadPath=str(folder), eventsEnabled=True)
         threading.Thread(target=self._sample, name="rlsys-download-cap", daemon=True).start()
-
-    def call(self, method: str, **params) -> dict:
-        """One DevTools command on this connection; its result. RuntimeError where Chromium refuses it or the
-        connection is gone, TimeoutError where no reply comes."""
-        ident = next(self._ids)
-        with self._send_lock:
-            self._ws.send(json.dumps({"id": ident, "method": method, "params": params}))
-        with self._replied:
-            if not self._replied.wait_for(lambda: ident in self._replies or self._stopped.is_set(), _REPLY_TIMEOUT_S):
-                raise TimeoutError(f"no reply from Chromium to {method}")
-            reply = self._replies.pop(ident, {"error": "the DevTools connection closed"})
-        if "error" in reply:
-            raise RuntimeError(f"{method}: {reply['error']}")
-        return reply.get("result", {})
-
-    def _read(self) -> None:
-        try:
-            while message := self._ws.recv():
-                message = json.loads(message)
-                if "id" in message:
-                    with self._replied:
-                        self._replies[message["id"]] = message
-                        self._replied.notify_all()
-                elif message.get("method") in ("Browser.downloadWillBegin", "Browser.downloadProgress"):
-                    self._on_download(message["method"], message["params"])
-        except (websocket.WebSocketException, OSError, ValueError):
-            pass  # the browser went away, or close()
-        finally:
-            self._stop()
 
     def _on_download(self, method: str, params: dict) -> None:
         guid = params["guid"]
@@ -112,7 +70,7 @@ class DownloadCap:
                 self._busy.clear()
 
     def _sample(self) -> None:
-        while self._busy.wait() and not self._stopped.is_set():
+        while self._busy.wait() and not (self._stopped.is_set() or self._devtools.closed.is_set()):
             over = {}
             for path in self.folder.glob("*" + PARTIAL):
                 try:
@@ -139,8 +97,8 @@ class DownloadCap:
                 self._busy.clear()
         for guid, download in cancelling.items():
             try:
-                self.call("Browser.cancelDownload", guid=guid)
-            except (RuntimeError, TimeoutError, websocket.WebSocketException, OSError):
+                self._devtools.call("Browser.cancelDownload", guid=guid)
+            except (DevToolsError, TimeoutError, websocket.WebSocketException, OSError):
                 continue  # it finished meanwhile, or the browser is gone
             # its partial file, unless a download going on may be writing that one: Chromium deletes it soon
             # after, and until then the report would list it
@@ -190,18 +148,9 @@ class DownloadCap:
             for path in _files(self.folder):
                 path.unlink(missing_ok=True)
 
-    def _stop(self) -> None:
+    def close(self) -> None:
         self._stopped.set()
         self._busy.set()  # the sampler sees it
-        with self._replied:
-            self._replied.notify_all()
-
-    def close(self) -> None:
-        self._stop()
-        try:
-            self._ws.close()
-        except (websocket.WebSocketException, OSError):
-            pass
 
 
 def _files(folder: Path) -> list[Path]:

@@ -116,19 +116,18 @@ class MiniWoBEnv(WebEnv):
         if url == self._page:
             return
         if url in self._pages:
-            self.driver.switch_to.window(self._pages[url])
+            self.browser.switch_to(self._pages[url])
             self._pages.move_to_end(url)
         else:
             if self._pages:
                 if len(self._pages) >= self.cfg.max_tabs:
                     _, oldest = self._pages.popitem(last=False)
-                    self.driver.switch_to.window(oldest)
+                    self.browser.switch_to(oldest)
                     self.driver.close()
                     self._tabs.discard(oldest)
                     # a new tab can only be opened from a tab that is still open
-                    self.driver.switch_to.window(next(iter(self._pages.values())))
-                self.driver.switch_to.new_window("tab")
-                self.browser.prepare_tab()
+                    self.browser.switch_to(next(iter(self._pages.values())))
+                self.browser.new_tab()
             self.driver.get(url)
             self._pages[url] = self.driver.current_window_handle
             self._tabs.add(self.driver.current_window_handle)

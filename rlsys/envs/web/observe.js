@@ -9,7 +9,10 @@
 // {provisional: true, scroll}, so that the caller can take the screenshot while the page is scanned and the window
 // waited out; the description then goes to a promise at window[provisionalKey], which a second call awaits. It
 // says whether the screenshot shows the described page (`screenshot_holds`): nothing changed since the answer.
-const [rootSelector, skipIds, quietMs, timeoutMs, area, sinceActionMs, provisionalKey] = arguments;
+//
+// With `leaveIfLoading`, a document still loading, or one that has started a navigation, gets {loading: true} at once:
+// the env then waits for the load through chromedriver, which stops a load that outlasts its timeout.
+const [rootSelector, skipIds, quietMs, timeoutMs, area, sinceActionMs, provisionalKey, leaveIfLoading] = arguments;
 const reply = arguments[arguments.length - 1];
 let deliver = reply;
 const NAVIGATION_MS = 1000;
@@ -49,11 +52,24 @@ function elements() {
   return finder.list(earlyScanUsed ? early.scanned : finder.scan());
 }
 
+function stopWatching() {
+  observer.disconnect();
+  for (const type of DISTURBING) window.removeEventListener(type, disturb, true);
+  document.fonts?.removeEventListener("loadingdone", disturb);
+}
+
+let looked = false;
 (function check() {
   const now = performance.now();
   // a navigation the page started counts for at most NAVIGATION_MS: one that became a download or a 204 never
   // replaces the document
   const navigating = now - (window.__rlsysNavigating ?? -Infinity) < NAVIGATION_MS;
+  if (leaveIfLoading && !looked && (navigating || document.readyState !== "complete")) {
+    stopWatching();
+    deliver({ loading: true });
+    return;
+  }
+  looked = true;
   const idle = document.readyState === "complete" && !(window.__rlsysPending > 0) && !navigating;
   const quiet = idle && now - changedAt() >= quietMs;
   if (!quiet && now - start < timeoutMs) {
@@ -66,9 +82,7 @@ function elements() {
     setTimeout(check, idle ? Math.max(1, Math.min(10, quietMs - (performance.now() - changedAt()))) : 10);
     return;
   }
-  observer.disconnect();
-  for (const type of DISTURBING) window.removeEventListener(type, disturb, true);
-  document.fonts?.removeEventListener("loadingdone", disturb);
+  stopWatching();
   deliver({
     settled: quiet,
     settle_ms: now - start,

@@ -27,14 +27,15 @@ from rlsys.config import EnvConfig
 from rlsys.core.env import EnvBrokenError, EnvSetupError
 from rlsys.core.types import Observation, StepResult, Task
 from rlsys.envs.web import spaces
-from rlsys.envs.web.browser import Browser, PageScriptError
+from rlsys.envs.web.browser import Browser, PageGoneError, PageScriptError
 from rlsys.envs.web.confinement import ConfinementProxy, Policy, browser_split, origin_of, parse_origin
+from rlsys.envs.web.devtools import DevToolsError
 from rlsys.envs.web.marks import draw_marks
 from rlsys.envs.web.spaces import TERMINAL, WebAction
 from rlsys.envs.web.webarena import evaluate
 
 # Errors that mean the browser is gone or hung rather than that the action was bad.
-BROKEN = (WebDriverException, HTTPError, ConnectionError, TimeoutError)
+BROKEN = (WebDriverException, HTTPError, ConnectionError, TimeoutError, DevToolsError)
 _DIALOG_RETRIES = 5
 _SETTLE_ATTEMPTS = 5
 
@@ -213,9 +214,9 @@ class WebEnv:
         self._confine(task.start, episode_policy(self.cfg, task.start))
         self._keep_one_tab(self.driver.current_window_handle)
         self._end_pending_load({})  # the last episode's page may have started one since
-        # leave the last page before clearing, so that nothing it still runs writes into the next episode;
-        # over CDP this returns once about:blank is committed, where WebDriver's get() waits on about twice as long
-        self.browser.cdp("Page.navigate", url="about:blank")
+        # leave the last page before clearing, so that nothing it still runs writes into the next episode; over
+        # chromedriver's CDP (see Browser.clear_state), where WebDriver's get() waits on about twice as long
+        self.driver.execute_cdp_cmd("Page.navigate", {"url": "about:blank"})
         self.browser.clear_state(http_cache=self.cfg.clear_http_cache)
         self.browser.download_cap.clear()
         self._downloads = {}
@@ -360,8 +361,18 @@ class WebEnv:
     def _end_pending_load(self, events: dict) -> str | None:
         """Let a load that the page started on its own since the last observation (a timer, a redirect)
         finish, or have it stopped: a command that waits on it and runs into the timeout is not carried out.
-        The tab's URL then, or None where the load had to be stopped."""
-        return self._navigate(lambda: self.driver.current_url, events)
+        The tab's URL then, or None where the load had to be stopped. A page that is loaded and not navigating
+        only says where it is (one round trip over DevTools); any other is left to chromedriver's waiting."""
+        if not self.browser.loading():
+            try:
+                url, idle = self.browser.call_in_page(_WHERE_AND_WHETHER_IDLE)
+                if idle:
+                    return url
+            except PageScriptError:
+                pass
+        url = self._navigate(lambda: self.driver.current_url, events)
+        self.browser.loaded()
+        return url
 
     def _with_dialogs(self, call, events: dict):
         """Run a WebDriver call; a JS dialog in the way is accepted (by the driver) and its text
@@ -458,40 +469,52 @@ class WebEnv:
         page = self._run_observe_script(events, key)
         if page.get("provisional"):
             png = self._with_dialogs(lambda: self._screenshot(page["scroll"]), events)
-            finished = self._finish_settling(key, events)
+            finished = self._finish_settling(key)
             if finished is None:  # the page went away meanwhile: settle on the next one
                 page = self._run_observe_script(events, None)
             else:
                 page = finished
                 if page["screenshot_holds"]:
                     page["png"] = png
-        if page["events"]["dialogs"]:
-            events.setdefault("dialogs", []).extend(page["events"]["dialogs"])
+        if dialogs := page["events"]["dialogs"] + self.browser.take_dialogs():
+            events.setdefault("dialogs", []).extend(dialogs)
         page["opened"] = page["events"]["opened"]
         return page
 
     def _run_observe_script(self, events: dict, provisional_key: str | None) -> dict:
+        """observe.js in the page: over DevTools where the document is loaded and not navigating away (one round
+        trip), else through chromedriver, which waits for the load and stops one that outlasts env.settle_timeout_s."""
         script = _observe_script(self.page_state_script)
+        where = (self.root_selector, list(self.skip_ids))
         settle = (self.cfg.settle_quiet_ms, self.cfg.settle_timeout_s * 1000)
-        since_action_ms = None if self._acted_at is None else (time.monotonic() - self._acted_at) * 1000
-        args = (self.root_selector, list(self.skip_ids), *settle, list(self.area), since_action_ms, provisional_key)
+
+        def arguments(leave_if_loading: bool) -> tuple:
+            since_action_ms = None if self._acted_at is None else (time.monotonic() - self._acted_at) * 1000
+            return *where, *settle, list(self.area), since_action_ms, provisional_key, leave_if_loading
+
+        if not self.browser.loading():
+            try:
+                page = self.browser.await_in_page(script, *arguments(True))
+                if not page.get("loading"):
+                    return page
+            except PageScriptError:  # the document went away meanwhile, or broke the script: as below
+                pass
         for attempt in range(1, _SETTLE_ATTEMPTS + 1):
             started = time.monotonic()
             try:
-                return self._with_dialogs(lambda: self.driver.execute_async_script(script, *args), events)
+                page = self._with_dialogs(lambda: self.driver.execute_async_script(script, *arguments(False)), events)
+                self.browser.loaded()
+                return page
             except WebDriverException as e:  # if the page went away under the script, settle on the next one
                 gone = _document_went_away(e.msg or "", time.monotonic() - started, self.cfg.step_timeout_s)
                 if attempt == _SETTLE_ATTEMPTS or not gone:
                     raise
 
-    def _finish_settling(self, key: str, events: dict) -> dict | None:
+    def _finish_settling(self, key: str) -> dict | None:
         """The description of a page that answered provisionally (observe.js); None if its document went away."""
-        started = time.monotonic()
         try:
-            return self._with_dialogs(lambda: self.driver.execute_async_script(_FINISH_SETTLING, key), events)
-        except WebDriverException as e:
-            if not _document_went_away(e.msg or "", time.monotonic() - started, self.cfg.step_timeout_s):
-                raise
+            return self.browser.await_in_page(_FINISH_SETTLING, key)
+        except PageGoneError:
             return None
 
     def _follow_or_close_new_tabs(self, requested: list[str], events: dict) -> bool:
@@ -524,7 +547,7 @@ class WebEnv:
         env.settle_timeout_s, stay: chromedriver stops the load, leaving a tab that never painted,
         which a screenshot then waits on for good."""
         came_from = self.driver.current_window_handle
-        self.driver.switch_to.window(handle)
+        self.browser.switch_to(handle)
         try:
             self.browser.prepare_tab()
             return True
@@ -535,14 +558,14 @@ class WebEnv:
         if self.browser.tab_urls().get(handle):
             self.browser.prepare_tab()  # now that its load is stopped the tab answers
             return True
-        self.driver.switch_to.window(came_from)
+        self.browser.switch_to(came_from)
         return False
 
     def _keep_one_tab(self, keep: str) -> None:
         for handle in self.driver.window_handles:
             if handle != keep:
                 self.browser.close_tab(handle)
-        self.driver.switch_to.window(keep)
+        self.browser.switch_to(keep)
         self._tabs = {keep}
 
     def _check_downloads(self, page: dict, events: dict) -> None:
@@ -641,6 +664,9 @@ def _not_typeable(text: str) -> str | None:
 _FINISH_SETTLING = """const [key] = arguments, reply = arguments[arguments.length - 1];
 const described = window[key];
 if (described) { delete window[key]; described.then(reply); } else { reply(null); }"""
+
+_WHERE_AND_WHETHER_IDLE = """() => [location.href, document.readyState === "complete"
+  && !(performance.now() - (window.__rlsysNavigating ?? -Infinity) < 1000)]"""
 
 _SELECT_FOR_TYPING = """(index) => {
 const el = window.__rlsysElements[index];

@@ -27,12 +27,13 @@ from pathlib import Path
 
 import numpy as np
 from miniwob_all_tasks import env_config, first_lines
-from web_floor import Floor, timed, viewport_point
+from web_floor import Floor, timed
 from web_real_pages import CHANNELS, count_commands, percentiles
 from web_step_latency import machine
 
 from rlsys.envs.tasks import miniwob_task
 from rlsys.envs.web.miniwob import MiniWoBEnv, available_tasks
+from rlsys.envs.web.webenv import viewport_point
 
 # Click and type tasks whose page loads and lists elements other than buttons, none of which ends the episode
 # when clicked (checked with this script's own walk: "ended_at_step" stays null).

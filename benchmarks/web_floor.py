@@ -22,14 +22,12 @@ script (page_init.js, which counts requests in flight and notes navigations) is 
 from __future__ import annotations
 
 import base64
-import itertools
 import json
 import time
 from pathlib import Path
 
-import websocket
-
 from rlsys.envs.web.browser import Browser
+from rlsys.envs.web.devtools import DevTools
 
 ELEMENTS_JS = (Path(__file__).resolve().parent.parent / "rlsys" / "envs" / "web" / "elements.js").read_text()
 # Waits for idle (see the module's docstring), then lists the elements.
@@ -59,47 +57,24 @@ ATTEMPTS = 5
 
 
 class CdpSession:
-    """One DevTools connection to one tab (a flattened session), synchronous: `send` queues a command without
-    waiting, `wait` waits for a command's reply (events and other replies are skipped)."""
+    """A DevTools connection of the floor's own (rlsys's client, beside the env's), with a session on the env's
+    current tab: `send` sends a command without waiting, `wait` waits for its reply."""
 
     def __init__(self, browser: Browser):
-        port, path = (Path(browser._profile) / "DevToolsActivePort").read_text().split()[:2]
-        self._ws = websocket.create_connection(
-            f"ws://127.0.0.1:{port}{path}",
-            suppress_origin=True,
-            timeout=30,
-            http_no_proxy=["127.0.0.1"],
-            skip_utf8_validation=True,
-        )
-        self._ids = itertools.count(1)
-        self._replies: dict[int, dict] = {}
-        self._session = None
-        target = browser.driver.current_window_handle
-        self._session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+        self._devtools = DevTools(Path(browser._profile))
+        self._session = self._devtools.attach(browser.driver.current_window_handle)
 
     def send(self, method: str, **params) -> int:
-        ident = next(self._ids)
-        message = {"id": ident, "method": method, "params": params}
-        if self._session:
-            message["sessionId"] = self._session
-        self._ws.send(json.dumps(message))
-        return ident
+        return self._devtools.send(method, self._session, **params)
 
     def wait(self, ident: int) -> dict:
-        while ident not in self._replies:
-            message = json.loads(self._ws.recv())
-            if "id" in message:
-                self._replies[message["id"]] = message
-        reply = self._replies.pop(ident)
-        if "error" in reply:
-            raise RuntimeError(reply["error"].get("message", str(reply["error"])))
-        return reply["result"]
+        return self._devtools.wait(ident, timeout_s=60)
 
     def call(self, method: str, **params) -> dict:
         return self.wait(self.send(method, **params))
 
     def close(self) -> None:
-        self._ws.close()
+        self._devtools.close()
 
 
 class Floor:
@@ -177,18 +152,6 @@ class Floor:
 
     def close(self) -> None:
         self.cdp.close()
-
-
-def viewport_point(element: dict, area: tuple[float, ...], scale: float) -> tuple[float, float]:
-    """Where the env clicks an element of its observation, in viewport pixels, as `WebEnv._centre` finds it: the
-    element's "point" if it has one, else its box's centre, from the observation's `area` drawn `scale` times as
-    large back into the viewport."""
-    if element.get("point"):
-        x, y = element["point"]
-    else:
-        left, top, width, height = element["box"]
-        x, y = left + width / 2, top + height / 2
-    return area[0] + x / scale, area[1] + y / scale
 
 
 def timed(call, *args) -> tuple[dict, float]:

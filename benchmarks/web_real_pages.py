@@ -56,11 +56,12 @@ from urllib.parse import urlsplit
 
 import numpy as np
 from doc_sites import Page, Site, available_sites, serve
-from web_floor import Floor, timed, viewport_point
+from web_floor import Floor, timed
 from web_step_latency import machine
 
 from rlsys.core.env import EnvBrokenError
 from rlsys.core.types import Task
+from rlsys.envs.web.webenv import viewport_point
 
 VIEWPORT = [1024, 768]
 MIN_IOU = 0.5  # an element "covers" a link when it overlaps the link's visible part at least this much
@@ -432,6 +433,9 @@ def floor_run(env, url: str, record: dict) -> None:
     page is at another URL than the env's was is counted: the two walks parted ways."""
     floor = Floor(env.browser, env.cfg.settle_quiet_ms, env.cfg.settle_timeout_s)
     try:
+        # from about:blank, untimed, as the env's reset leaves its last page: going from the page to its own URL
+        # with another #fragment would only scroll (bash's manual is one page with four of them)
+        floor.reset("about:blank")
         _, record["floor_reset_ms"] = timed(floor.reset, url)
         for step in record["replay"]:
             page, ms = replay(floor, step)

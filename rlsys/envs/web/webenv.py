@@ -328,15 +328,7 @@ class WebEnv:
         return None
 
     def _centre(self, index: int) -> tuple[float, float]:
-        """Where in the viewport the element was seen to be reachable (a wrapped link's box centre may be
-        blank space)."""
-        element = self._elements[index]
-        if element.get("point"):
-            x, y = element["point"]
-        else:
-            left, top, width, height = element["box"]
-            x, y = left + width / 2, top + height / 2
-        return self.area[0] + x / self.scale, self.area[1] + y / self.scale
+        return viewport_point(self._elements[index], self.area, self.scale)
 
     def _page_point(self, fraction: tuple[float, float]) -> tuple[float, float]:
         """The viewport point at `fraction` (x, y) of the observed image."""
@@ -612,6 +604,17 @@ class WebEnv:
             self.browser.close()
         finally:
             self.proxy.close()
+
+
+def viewport_point(element: dict, area: tuple[int, ...], scale: int) -> tuple[float, float]:
+    """Where in the viewport an element of an observation that shows `area` drawn `scale` times as large was seen
+    to be reachable: its "point" (a wrapped link's box centre may be blank space), else its box's centre."""
+    if element.get("point"):
+        x, y = element["point"]
+    else:
+        left, top, width, height = element["box"]
+        x, y = left + width / 2, top + height / 2
+    return area[0] + x / scale, area[1] + y / scale
 
 
 def render_pae(index: int, element: dict) -> str:

@@ -460,7 +460,7 @@ class WebEnv:
         key = "__rlsysSettling" + secrets.token_hex(8)
         page = self._run_observe_script(events, key)
         if page.get("provisional"):
-            png = self._with_dialogs(lambda: self._screenshot(page["scroll"]), events)
+            png = self._screenshot(page["scroll"])  # over DevTools, where dialogs are answered as they open
             finished = self._finish_settling(key)
             if finished is None:  # the page went away meanwhile: settle on the next one
                 page = self._run_observe_script(events, None)

@@ -13,8 +13,9 @@ Arms:
 - `filtered_bc`: DigiRL's baseline (reward quantile 0.9 over the run's history);
 - `digirl`: the paper's settings (curriculum quantile 0.9, lambda 0.5, advantage threshold 0.05);
 - `digirl_no_curriculum`: every trajectory passes the curriculum (quantile 0);
-- `sanity_fbc_equivalent`: no curriculum and lambda 1 (A_t = r_H): it imitates exactly the steps of the
-  successes, so it must match filtered BC within noise.
+- `sanity_fbc_equivalent`: no curriculum, lambda 1 (A_t = r_H) and filtered BC's token-mean loss: its actor
+  update is filtered BC's on the same data (docs/algorithms/digirl.md, "Sanity arm"), so only the runs' own
+  randomness (which trajectories were collected) separates it from filtered BC.
 
 Per arm and evaluation point: the mean over seeds with a 95% confidence interval (t distribution), and
 each seed's value. What the curriculum keeps per task and the instruction critic's p_instr per task
@@ -53,6 +54,7 @@ ALGORITHMS = {
         "learner.algorithm=digirl",
         "learner.digirl.curriculum_quantile=0.0",
         "learner.digirl.lam=1.0",
+        "learner.digirl.actor_reduction=token_mean",
     ],
 }
 DIGIRL_SIZES = [  # critics small enough for 2 CPU cores; the published step counts

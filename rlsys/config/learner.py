@@ -15,6 +15,9 @@ class DigiRLConfig:
     lam: float = 0.5  # doubly_robust: weight of the trajectory outcome, lam ** (steps to the end)
     advantage_threshold: float = 0.05  # actor data: transitions whose advantage exceeds this
     curriculum_quantile: float = 0.9  # actor data: trajectories whose reward - p_instr(task) is in the top 10%
+    # the actor loss's mean: of each action's summed log-prob over the batch (the paper's), or over real tokens
+    # (filtered BC's, for the sanity arm that reduces DigiRL to filtered BC)
+    actor_reduction: Literal["sequence_mean", "token_mean"] = "sequence_mean"
     critic_lr: float = 1e-4
     instruction_critic_steps: int = 5  # per online iteration
     step_critic_steps: int = 5

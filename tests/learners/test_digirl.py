@@ -1,6 +1,7 @@
 """DigiRL with tiny real networks: schedule, critics that learn, actor data, isolation, checkpoints."""
 
 import io
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from rlsys.core.types import Observation, Step, Task, Trajectory
 from rlsys.data.history import Summaries
 from rlsys.data.replay import ReplayBuffer
 from rlsys.learners.digirl.algorithm import DigiRL, Ranked, transitions_of
+from rlsys.learners.filtered_bc import FilteredBC
 from rlsys.learners.imitation import ActorSample, ActorUpdate
 from rlsys.learners.losses import token_nll
 from rlsys.learners.selection import is_validation
@@ -40,10 +42,8 @@ def traj(task: str, screen: bytes, rewards, tid: str, errors=None) -> Trajectory
 
 
 def learner_cfg(**digirl) -> LearnerConfig:
-    d = DigiRLConfig(
-        text_hidden=16, max_text_tokens=48, image_feature_dim=8, image_size=16, critic_hidden=16, critic_lr=1e-2,
-        validation_fraction=0.0, **digirl,
-    )  # fmt: skip
+    tiny = dict(text_hidden=16, max_text_tokens=48, image_feature_dim=8, image_size=16, critic_hidden=16)
+    d = DigiRLConfig(**{**tiny, "critic_lr": 1e-2, "validation_fraction": 0.0, **digirl})
     return LearnerConfig(algorithm="digirl", lr=1e-3, batch_size=8, grad_clip=1.0, digirl=d)
 
 
@@ -201,3 +201,32 @@ def test_critic_and_curriculum_rank_the_whole_history_not_the_sample(policy, tmp
     metrics = algo._train_actor([], [], ranked, steps=1)
     assert "s" in {t.id for t in ranked.fetched}
     assert metrics["digirl/actor_policy_lag"] == metrics["digirl/actor_policy_lag_max"] == 3  # all collected by 0
+
+
+@pytest.mark.parametrize("ranks_history", [False, True])
+def test_sanity_arm_takes_the_same_actor_step_as_filtered_bc(tmp_path, ranks_history):
+    """Curriculum off, lambda 1 and filtered BC's loss (the benchmark's sanity arm): DigiRL's actor update is
+    filtered BC's on the same sample and history, the critics' validation share included."""
+    data = dataset()
+    assert any(is_validation(t, 0.2) for t in data if t.reward > 0)  # successes the critics hold out
+    buf = ReplayBuffer(capacity=6, max_bytes=1 << 30, history_dir=str(tmp_path / "replay"))
+    buf.add(data)
+    sample = buf.sample(6) if ranks_history else data
+    shared = dict(lr=1e-3, batch_size=4, grad_accumulation=2, grad_clip=1.0, prob_clamp=True)
+    shared |= dict(rank_history=ranks_history)
+    fbc_cfg = LearnerConfig(algorithm="filtered_bc", filter="quantile", updates_per_iteration=3, **shared)
+    sanity = learner_cfg(validation_fraction=0.2, curriculum_quantile=0.0, lam=1.0, actor_reduction="token_mean",
+                         instruction_critic_steps=2, step_critic_steps=2, actor_steps=3)  # fmt: skip
+    policies = [build_policy(PolicyConfig(d_model=32, d_ff=64, num_heads=2), seed=0) for _ in range(2)]
+    fbc = FilteredBC(fbc_cfg, policies[0])
+    digirl = DigiRL(replace(sanity, **shared), policies[1])
+    history = buf if ranks_history else None
+    fbc_metrics = fbc.update(sample, history=history)
+    digirl_metrics = digirl.update(sample, history=history)
+
+    assert fbc_metrics["actor/updates"] == digirl_metrics["actor/updates"] == 3
+    assert digirl_metrics["digirl/actor_transitions"] == fbc_metrics["learner/samples"] > 0
+    assert digirl_metrics["actor/loss"] == pytest.approx(fbc_metrics["actor/loss"], rel=1e-6)
+    assert digirl_metrics["actor/grad_norm"] == pytest.approx(fbc_metrics["actor/grad_norm"], rel=1e-6)
+    for (name, a), b in zip(policies[0].model.named_parameters(), policies[1].model.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7, msg=name)

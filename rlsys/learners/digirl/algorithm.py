@@ -108,7 +108,7 @@ class DigiRL:
             ),
             "step_critic": ModuleOptimizer("step_critic", self.step_critic.parameters(), d.critic_lr, cfg.grad_clip),
         }
-        self.actor = ActorUpdate(cfg, policy, "sequence_mean", correct_off_policy, seed)
+        self.actor = ActorUpdate(cfg, policy, d.actor_reduction, correct_off_policy, seed)
         self.rng = random.Random(seed)
         self._features: dict[tuple[str, int], np.ndarray] = {}
 
@@ -288,11 +288,11 @@ class DigiRL:
         }
 
     def _train_actor(self, train, validation, ranked: Ranked, steps: int) -> dict:
-        """The curriculum over the ranked trajectories; at most `learner.sample_trajectories` of those it keeps
-        are drawn whole (from memory or the run folder) for the advantage filter."""
-        train_rows = ranked.rows_of(self.d.validation_fraction, validation=False)
-        kept, metrics = self.curriculum(train_rows)
-        ids = [train_rows.ids[i] for i in kept]
+        """The curriculum over every ranked trajectory, the critics' validation share included (it is held out of
+        critic training only); at most `learner.sample_trajectories` of those it keeps are drawn whole (from
+        memory or the run folder) for the advantage filter."""
+        kept, metrics = self.curriculum(ranked.rows)
+        ids = [ranked.rows.ids[i] for i in kept]
         if len(ids) > self.cfg.sample_trajectories:
             ids = self.rng.sample(ids, self.cfg.sample_trajectories)
         chosen = ranked.fetch(ids)

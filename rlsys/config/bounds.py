@@ -48,6 +48,14 @@ BOUNDS: dict[str, tuple[float, bool]] = {
     "env.episode_time_limit_s": ABOVE_0,
     "env.max_tabs": AT_LEAST_1,
     "env.task_area_scale": AT_LEAST_1,
+    "env.synthweb.detour_links": AT_LEAST_0,
+    "env.synthweb.slip_prob": AT_LEAST_0,
+    "env.synthweb.reward_noise": AT_LEAST_0,
+    "tasks.synthweb.num_tasks": AT_LEAST_1,
+    "tasks.synthweb.min_depth": AT_LEAST_1,
+    "tasks.synthweb.min_distractors": AT_LEAST_0,
+    "tasks.synthweb.confusable": AT_LEAST_0,
+    "tasks.synthweb.impossible": AT_LEAST_0,
     "policy.d_model": AT_LEAST_1,
     "policy.d_ff": AT_LEAST_1,
     "policy.num_layers": AT_LEAST_1,
@@ -59,6 +67,7 @@ BOUNDS: dict[str, tuple[float, bool]] = {
     "learner.lr": ABOVE_0,
     "learner.updates_per_iteration": AT_LEAST_0,
     "learner.sample_trajectories": AT_LEAST_1,
+    "learner.max_history_fetch": AT_LEAST_1,
     "learner.grad_clip": ABOVE_0,
     "learner.group_timeout_s": ABOVE_0,
     "learner.num_cpus": AT_LEAST_0,
@@ -76,6 +85,10 @@ LIMITS: dict[str, tuple[int, str]] = {
     ),
     "runners.num": (10_000, "each runner is a process with its own browser, emulator or model"),
     "env.sim.num_elements": (100_000, "every observation of the simulated env lists them all, in every runner"),
+    "env.synthweb.detour_links": (30, "a detour page lists them all, one row each, on a small screenshot"),
+    "tasks.synthweb.max_distractors": (30, "a page lists them all, one row each, on a small screenshot"),
+    "tasks.synthweb.max_depth": (1000, "each page of a task's path is made and kept while its episode lasts"),
+    "tasks.synthweb.num_tasks": (999_999, "held-out evaluation tasks are made from the seeds after the training ones"),
 }
 MAX_VIEWPORT_SIDE = 8192  # pixels: above 8K (7680x4320); a screenshot is width x height x 4 bytes in every runner
 

@@ -11,6 +11,7 @@ from rlsys.config.bounds import check_bounds
 from rlsys.config.errors import ConfigError
 from rlsys.config.evaluator import EvaluatorConfig
 from rlsys.config.hub_id import is_hub_id
+from rlsys.config.learner import LearnerConfig
 from rlsys.config.policy import PolicyConfig
 from rlsys.config.run_dir import check_run_name
 from rlsys.config.schema import Config
@@ -117,6 +118,7 @@ def check_training(cfg: Config) -> None:
             f"run.max_policy_lag must be at least 0 (or null for no limit), got {lag}; it drops trajectories "
             "collected by this run's policies that many versions behind, never offline data"
         )
+    check_history_fetch(learner)
     for key in ("quantile", "shortest_fraction"):
         if not 0 <= getattr(learner, key) <= 1:
             raise ConfigError(f"learner.{key} must be within [0, 1], got {getattr(learner, key)}")
@@ -128,6 +130,25 @@ def check_training(cfg: Config) -> None:
         raise ConfigError(
             f"learner.num_learners ({learner.num_learners}) exceeds learner.batch_size ({learner.batch_size}): "
             "some learners would train on nothing"
+        )
+
+
+def ranks_history(learner: LearnerConfig) -> bool:
+    """Whether the algorithm reads whole trajectories back from the run's history (DigiRL's actor, filtered BC's
+    reward quantile), not only from the replay sample."""
+    uses_history = learner.algorithm == "digirl" or (
+        learner.algorithm == "filtered_bc" and learner.filter == "quantile"
+    )
+    return learner.rank_history and uses_history
+
+
+def check_history_fetch(learner: LearnerConfig) -> None:
+    if ranks_history(learner) and learner.sample_trajectories > learner.max_history_fetch:
+        raise ConfigError(
+            f"learner.sample_trajectories ({learner.sample_trajectories}) is more whole trajectories than one update "
+            f"may read back from the run's history (learner.max_history_fetch: {learner.max_history_fetch}); the "
+            "history grows with the run, so lower learner.sample_trajectories, or raise learner.max_history_fetch "
+            "if the learner's memory holds that many"
         )
 
 

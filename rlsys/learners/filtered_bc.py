@@ -12,7 +12,7 @@ from rlsys.config import LearnerConfig
 from rlsys.core.types import Trajectory
 from rlsys.learners.history import History
 from rlsys.learners.imitation import ActorUpdate, samples_of
-from rlsys.learners.selection import above_reward_quantile, select
+from rlsys.learners.selection import above_reward_quantile, imitable_steps, policy_lag, select
 
 
 class FilteredBC:
@@ -29,6 +29,8 @@ class FilteredBC:
         kept = select(self.cfg, trajectories) if history is None else self._from_history(history)
         samples = samples_of(kept)
         metrics = {"learner/selected_trajectories": len(kept), "learner/samples": len(samples)}
+        imitated = [t for t in kept if imitable_steps(t)]
+        metrics |= policy_lag(imitated, self.actor.trained_version)
         return metrics | self.actor.run(samples, self.cfg.updates_per_iteration)
 
     def _from_history(self, history: History) -> list[Trajectory]:

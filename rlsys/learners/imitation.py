@@ -62,6 +62,11 @@ class ActorUpdate:
         self.rng = random.Random(seed)
         self._stats: list[tuple[float, int, int]] = []
 
+    @property
+    def trained_version(self) -> int:
+        """The version of the weights this update trains, which a policy lag is counted from."""
+        return getattr(self.policy, "version", 0)
+
     def loss_sum(self, batch: list[ActorSample]) -> LossSum:
         observations, actions = [s.observation for s in batch], [s.action for s in batch]
         scored = sampled_ids(batch)

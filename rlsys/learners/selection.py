@@ -70,10 +70,16 @@ def is_validation(traj: Trajectory | str, fraction: float) -> bool:
 
 def policy_lag(trajectories: list[Trajectory], version: int) -> dict:
     """How many versions behind `version` the policies were that collected these trajectories: mean and max.
-    Offline data (version -1) was collected by no policy of this run: it is counted apart, not as a lag."""
-    lags = [version - t.policy_version for t in trajectories if t.policy_version >= 0]
+    Each algorithm reports it for the trajectories its update trained on (docs/architecture.md)."""
+    return versions_lag([t.policy_version for t in trajectories], version)
+
+
+def versions_lag(versions, version: int) -> dict:
+    """policy_lag of the trajectories these policy versions collected. Offline data (version -1) was collected
+    by no policy of this run: it is counted apart, not as a lag."""
+    lags = [version - int(v) for v in versions if v >= 0]
     return {
         "train/policy_lag": float(np.mean(lags)) if lags else None,
         "train/policy_lag_max": max(lags) if lags else None,
-        "train/offline_in_sample": sum(t.policy_version < 0 for t in trajectories),
+        "train/offline_in_sample": sum(int(v < 0) for v in versions),
     }

@@ -165,6 +165,9 @@ def test_actor_phase_imitates_the_better_candidate(tmp_path):
     """Scores set by hand: the GOOD candidate of the second step has the highest Q."""
     algo = algorithm(tmp_path, best_of_n=4, advantage_threshold=0.05)
     data = dataset(episodes=8)
+    for t in data:
+        for s in t.steps:
+            s.policy_version = -1  # imported, as Digi-Q's data is
     algo._build(data)
     good = {(r.traj.id, r.index): [c == GOOD for c in r.candidates] for r in step_refs(data)}
     algo.score = lambda refs: [(np.where(good[r.key], 0.9, 0.2).astype(np.float32), 0.3) for r in refs]
@@ -172,6 +175,9 @@ def test_actor_phase_imitates_the_better_candidate(tmp_path):
     assert metrics["digiq/stage"] == "actor" and metrics["actor/updates"] == 1
     with_good = sum(any(v) for v in good.values())
     assert metrics["digiq/promising_states"] == with_good
+    # no lag: the trajectories of the states the actor trained on are counted as offline data
+    assert metrics["train/policy_lag"] is None
+    assert metrics["train/offline_in_sample"] == len({r.traj.id for r in step_refs(data) if any(good[r.key])})
 
 
 def test_a_dataset_from_another_model_or_method_is_refused(tmp_path):

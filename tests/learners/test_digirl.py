@@ -200,7 +200,33 @@ def test_critic_and_curriculum_rank_the_whole_history_not_the_sample(policy, tmp
     policy.version = 3
     metrics = algo._train_actor([], [], ranked, steps=1)
     assert "s" in {t.id for t in ranked.fetched}
-    assert metrics["digirl/actor_policy_lag"] == metrics["digirl/actor_policy_lag_max"] == 3  # all collected by 0
+    assert metrics["train/policy_lag"] == metrics["train/policy_lag_max"] == 3  # all collected by 0
+
+
+def test_policy_lag_is_of_the_trajectories_the_actor_imitated(policy, tmp_path):
+    """The successes the curriculum draws from the history were collected by version 0; memory holds only
+    failures of version 5. An online iteration reports the successes' lag; a critic-only one, its critics'."""
+    buf = ReplayBuffer(capacity=4, max_bytes=1 << 30, history_dir=str(tmp_path / "replay"))
+    data = dataset()  # 12 successes, then 12 failures: memory keeps the last 4
+    for t in data:
+        for s in t.steps:
+            s.policy_version = 0 if t.reward > 0 else 5
+    buf.add(data)
+    policy.version = 6
+    try:
+        cfg = learner_cfg(instruction_critic_steps=1, step_critic_steps=1, actor_steps=1, lam=1.0,
+                          curriculum_quantile=0.0, offline_instruction_critic_iterations=1,
+                          offline_step_critic_iterations=1)  # fmt: skip
+        algo = DigiRL(cfg, policy)
+        online = algo.update(buf.sample(4), history=buf)
+        assert online["digirl/actor_transitions"] == 24 and online["actor/updates"] == 1
+        assert online["train/policy_lag"] == online["train/policy_lag_max"] == 6
+        step_critic_only = algo.update(buf.sample(4), offline_iteration=1, history=buf)
+        assert step_critic_only["train/policy_lag"] == 1  # the sample's failures it trained on
+        instruction_critic_only = algo.update(buf.sample(4), offline_iteration=0, history=buf)
+        assert instruction_critic_only["train/policy_lag"] == 3.5  # half collected by 0, half by 5
+    finally:
+        policy.version = 0
 
 
 @pytest.mark.parametrize("ranks_history", [False, True])

@@ -111,6 +111,35 @@ def test_policy_lag_of_a_sample_leaves_offline_data_out():
     assert policy_lag(sample[3:], 7)["train/policy_lag"] is None
 
 
+def collected_by(version: int, trajectories: list[Trajectory]) -> list[Trajectory]:
+    for t in trajectories:
+        for s in t.steps:
+            s.policy_version = version
+    return trajectories
+
+
+def test_filtered_bc_reports_the_policy_lag_of_what_it_imitated_not_of_the_sample(tmp_path):
+    """The reward quantile ranks the history: the successes it imitates (collected by version 1) have left
+    memory, which holds failures of version 5 only. With the success filter on a sample, the lag is the
+    successes' too, not the failures' beside them."""
+    policy = build_policy(PolicyConfig(d_model=32, d_ff=64, num_heads=2), seed=0)
+    policy.version = 6
+    buf = ReplayBuffer(capacity=3, max_bytes=1 << 30, history_dir=str(tmp_path / "replay"))
+    old = collected_by(1, [traj(f"s{i}", [0, 1], tid=f"s{i}") for i in range(3)])
+    buf.add(old + collected_by(5, [traj(f"f{i}", [0, 0], tid=f"f{i}") for i in range(3)]))
+    sample = buf.sample(3)
+    assert policy_lag(sample, 6)["train/policy_lag"] == 1  # what the sample alone would say
+    metrics = FilteredBC(LearnerConfig(filter="quantile", quantile=0.5), policy).update(sample, history=buf)
+    assert metrics["learner/selected_trajectories"] == 3
+    assert metrics["train/policy_lag"] == metrics["train/policy_lag_max"] == 5
+    assert metrics["train/offline_in_sample"] == 0
+
+    mixed = collected_by(2, [traj("s", [1])]) + collected_by(5, [traj("f", [0])]) + collected_by(-1, [traj("o", [1])])
+    metrics = FilteredBC(LearnerConfig(filter="success"), policy).update(mixed)
+    assert metrics["train/policy_lag"] == metrics["train/policy_lag_max"] == 4
+    assert metrics["train/offline_in_sample"] == 1  # the offline success, imitated, is counted apart
+
+
 def test_pae_filtered_bc_keeps_the_shortest_fifth_of_each_tasks_successes():
     a = [traj("A", [0] * (n - 1) + [1]) for n in (3, 1, 2, 5, 4)] + [traj("A", [0])]
     b = [traj("B", [0] * (n - 1) + [1]) for n in (2, 4, 2, 3, 5, 6)]

@@ -32,7 +32,7 @@ from rlsys.learners.digiq.critic import CachedTextEncoder, DigiQCritic, aggregat
 from rlsys.learners.digiq.representations import Z_KEY, RepresentationMismatch, check_representations, expected_model_id
 from rlsys.learners.imitation import ActorSample, ActorUpdate
 from rlsys.learners.optim import ModuleOptimizer, train_steps
-from rlsys.learners.selection import is_validation
+from rlsys.learners.selection import is_validation, policy_lag
 from rlsys.learners.text_encoder import TextEncoder
 from rlsys.policies.image_features import PooledImageFeatures
 
@@ -200,7 +200,7 @@ class DigiQ:
             self.critic.eval()
             with torch.no_grad():
                 out["critic/validation_loss"] = float(self.critic_loss(held_out))
-        return out
+        return out | policy_lag(train, self.actor.trained_version)
 
     @torch.no_grad()
     def score(self, refs: list[StepRef]) -> list[tuple[np.ndarray, float]]:
@@ -272,6 +272,8 @@ class DigiQ:
         self._choices.clear()
         metrics = self.actor.run(promising, self.d.actor_steps if promising else 0, choose=self.best_of_n)
         c = self._choices
+        states_of = {r.traj.id: r.traj for r, _, _ in promising}
+        metrics |= policy_lag(list(states_of.values()), self.actor.trained_version)
         return metrics | {
             "digiq/actor_states": len(refs),
             "digiq/promising_states": len(promising),

@@ -25,7 +25,7 @@ from rlsys.learners.history import History
 from rlsys.learners.imitation import ActorSample, ActorUpdate
 from rlsys.learners.losses import success_probability, two_class_ce
 from rlsys.learners.optim import ModuleOptimizer, train_steps
-from rlsys.learners.selection import imitable_steps, is_validation, policy_lag
+from rlsys.learners.selection import imitable_steps, is_validation, policy_lag, versions_lag
 from rlsys.policies.image_features import FEATURE_KEY, PooledImageFeatures
 
 STAGES = ("instruction_critic", "step_critic", "actor")
@@ -133,7 +133,8 @@ class DigiRL:
         self, trajectories: list[Trajectory], offline_iteration: int | None = None, history: History | None = None
     ) -> dict:
         """`trajectories`: the replay sample (the step critic's transitions); `history`: every trajectory of the
-        run, which the instruction critic and the curriculum rank (without it, they rank the sample)."""
+        run, which the instruction critic and the curriculum rank (without it, they rank the sample). The policy
+        lag reported is of what the iteration's last stage trained on: the actor's data in an online iteration."""
         usable = [t for t in trajectories if t.trainable and t.steps]
         train, validation = [], []
         for t in usable:
@@ -168,7 +169,8 @@ class DigiRL:
 
     def _train_instruction_critic(self, train, validation, ranked: Ranked, steps: int) -> dict:
         """On every ranked trajectory's (task text, success), the validation share held out."""
-        fit = ranked.rows_of(self.d.validation_fraction, validation=False).successes()
+        fit_rows = ranked.rows_of(self.d.validation_fraction, validation=False)
+        fit = fit_rows.successes()
         if not fit:
             return {}
         self.instruction_critic.train()
@@ -178,7 +180,8 @@ class DigiRL:
             self.instruction_critic.eval()
             with torch.no_grad():
                 out["instruction_critic/validation_loss"] = float(self._instruction_loss(check[:256]))
-        return out | {"instruction_critic/trajectories": len(fit)}
+        lag = versions_lag(fit_rows.versions, self.actor.trained_version)
+        return out | lag | {"instruction_critic/trajectories": len(fit)}
 
     # ------------------------------------------------------------------ step critic
 
@@ -241,7 +244,7 @@ class DigiRL:
             predicted = self.state_values(held_out, next_state=False) > 0.5
             labels = np.array([tr.label for tr in held_out])
             out["step_critic/validation_accuracy"] = float(np.mean(predicted == labels))
-        return out
+        return out | policy_lag(train, self.actor.trained_version)
 
     # ------------------------------------------------------------------ actor
 
@@ -262,13 +265,14 @@ class DigiRL:
         return kept, metrics
 
     def actor_samples(self, chosen: list[Trajectory]) -> tuple[list[ActorSample], dict]:
-        """Transitions of the curriculum's trajectories whose advantage passes the filter."""
+        """Transitions of the curriculum's trajectories whose advantage passes the filter, and the policy lag of
+        the trajectories they come from."""
         per_trajectory = [transitions_of(t, self.d.gamma) for t in chosen]
         flat = [tr for transitions in per_trajectory for tr in transitions]
         # one batched critic pass over every chosen transition, then the advantages per trajectory
         values = iter(self.state_values(flat, next_state=False))
         next_values = iter(self.state_values(flat, next_state=True))
-        samples, advantages = [], []
+        samples, advantages, imitated = [], [], []
         for traj, transitions in zip(chosen, per_trajectory):
             v = [next(values) for _ in transitions]
             v_next = [next(next_values) for _ in transitions]
@@ -281,8 +285,10 @@ class DigiRL:
             keep = keep_mask(adv, self.d.advantage, self.d.advantage_threshold)
             imitable = set(imitable_steps(traj))
             advantages.extend(adv)
-            samples += [ActorSample.of(tr.step) for tr, k in zip(transitions, keep) if k and tr.index in imitable]
-        return samples, {
+            kept = [ActorSample.of(tr.step) for tr, k in zip(transitions, keep) if k and tr.index in imitable]
+            samples += kept
+            imitated += [traj] * bool(kept)
+        return samples, policy_lag(imitated, self.actor.trained_version) | {
             "digirl/actor_transitions": len(samples),
             "digirl/mean_advantage": float(np.mean(advantages)) if advantages else None,
         }
@@ -299,12 +305,6 @@ class DigiRL:
         self._attach_features(chosen)
         samples, more = self.actor_samples(chosen)
         metrics |= {"digirl/curriculum_trajectories": len(kept), "digirl/actor_trajectories": len(chosen)}
-        # the actor trains on what the curriculum drew from the whole history: its staleness is its own
-        lag = policy_lag(chosen, getattr(self.actor.policy, "version", 0))
-        metrics |= {
-            "digirl/actor_policy_lag": lag["train/policy_lag"],
-            "digirl/actor_policy_lag_max": lag["train/policy_lag_max"],
-        }
         return metrics | more | self.actor.run(samples, steps)
 
     # ------------------------------------------------------------------ shared

@@ -43,6 +43,7 @@ class Learner:
         self.policy = build_policy(cfg.policy, seed=cfg.run.seed, device=self.device)
         self.algorithm = build_algorithm(cfg, self.policy, self.device)
         self.version = 0
+        self.policy.version = self.version
         self._store = None  # rank 0's rendezvous store, kept open while the group lives
 
     def device_name(self) -> str:
@@ -107,9 +108,10 @@ class Learner:
             self.version += 1
             self.policy.version = self.version
             self.publish()
+        # each algorithm reports the lag of what it trained on; None where it trained on nothing
         return (
-            metrics
-            | policy_lag(trajectories, trained_from)
+            policy_lag([], trained_from)
+            | metrics
             | {
                 "learner/sampled_trajectories": len(trajectories),
                 "time/train_s": t2 - t1,

@@ -10,7 +10,7 @@ resume may change.
 """
 
 from rlsys.config.checks import check_consistency, check_extras, check_paths
-from rlsys.config.env import AndroidConfig, EnvConfig, SimConfig, TasksConfig
+from rlsys.config.env import AndroidConfig, EnvConfig, SimConfig, SynthWebConfig, SynthWebTasksConfig, TasksConfig
 from rlsys.config.errors import ConfigError
 from rlsys.config.evaluator import EvaluatorConfig, EvaluatorPoolConfig, JudgeConfig, ProposerConfig
 from rlsys.config.learner import (
@@ -60,6 +60,8 @@ __all__ = [
     "RunnersConfig",
     "ServerConfig",
     "SimConfig",
+    "SynthWebConfig",
+    "SynthWebTasksConfig",
     "TasksConfig",
     "build",
     "check_consistency",

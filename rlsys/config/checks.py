@@ -31,7 +31,7 @@ def check_consistency(cfg: Config) -> None:
             f"got {cfg.env.action_space!r}"
         )
     if cfg.runners.resource == "auto":
-        cfg.runners.resource = {"android": "android", "sim": "sim"}.get(cfg.env.kind, "browser")
+        cfg.runners.resource = {"android": "android", "sim": "sim", "synthweb": "sim"}.get(cfg.env.kind, "browser")
     if cfg.policy.kind == "random" and cfg.env.action_space != "element":
         raise ConfigError(
             f"policy.kind = 'random' clicks one of the observation's numbered elements (`click [k]`); "
@@ -42,6 +42,7 @@ def check_consistency(cfg: Config) -> None:
             f"policy.kind = 'tiny_t5' decodes with the element grammar; set env.action_space = 'element' "
             f"(got {cfg.env.action_space!r})"
         )
+    check_synthweb(cfg)
     check_placement(cfg.policy)
     if cfg.policy.prompt == "auto":
         if cfg.policy.kind in ("vlm", "api") and cfg.env.action_space == "coords":
@@ -58,6 +59,27 @@ def check_consistency(cfg: Config) -> None:
             raise ConfigError("proposer.every: MiniWoB++ tasks are fixed; proposing tasks needs a web suite")
         if not cfg.proposer.llm.model_id:
             raise ConfigError("proposer.every is set but proposer.llm.model_id names no model")
+
+
+def check_synthweb(cfg: Config) -> None:
+    """The synthetic suite's shares are probabilities, its ranges ordered, and its deepest task solvable in time."""
+    env, mix = cfg.env.synthweb, cfg.tasks.synthweb
+    for key, value in (("env.synthweb.slip_prob", env.slip_prob), ("tasks.synthweb.confusable", mix.confusable),
+                       ("tasks.synthweb.impossible", mix.impossible)):  # fmt: skip
+        if value > 1:
+            raise ConfigError(f"{key} is a probability, within [0, 1]; got {value}")
+    for low, high in (("min_depth", "max_depth"), ("min_distractors", "max_distractors")):
+        if (lowest := getattr(mix, low)) > (highest := getattr(mix, high)):
+            raise ConfigError(f"tasks.synthweb.{low} ({lowest}) must be at most tasks.synthweb.{high} ({highest})")
+    if len(env.image_size) != 2 or not all(16 <= side <= 1024 for side in env.image_size):
+        raise ConfigError(
+            f"env.synthweb.image_size must be [width, height], each 16 to 1024 pixels; got {env.image_size}"
+        )
+    if cfg.env.kind == "synthweb" and cfg.tasks.suite == "synthweb" and mix.max_depth > cfg.env.max_steps:
+        raise ConfigError(
+            f"tasks.synthweb.max_depth ({mix.max_depth}) is more than env.max_steps ({cfg.env.max_steps}): a task of "
+            "depth d takes d steps, so the deepest tasks could never be solved; raise env.max_steps"
+        )
 
 
 def check_placement(policy: PolicyConfig) -> None:

@@ -53,8 +53,24 @@ class SimConfig:
 
 
 @dataclass
+class SynthWebConfig:
+    """`env.kind: synthweb` (envs/synthweb.py): how the synthetic site answers actions. What the sites are (depths,
+    distractors, impossible tasks) is the task mix, `tasks.synthweb`; docs/synthweb.md says what each key tests."""
+
+    # a link the instruction does not name: "detour" leads to a page whose Back link returns (the step is lost, the
+    # episode goes on), "stay" does nothing (one step lost), "end" ends the episode as a failure
+    wrong_link: Literal["detour", "stay", "end"] = "detour"
+    detour_links: int = 1  # links on a detour page besides Back, each one detour deeper
+    back_link: bool = True  # every page but the first shows a Back link (to the page before)
+    slip_prob: float = 0.0  # a click or tap lands on an element drawn uniformly from the page instead
+    reward_noise: float = 0.0  # standard deviation of Gaussian noise added to the episode's last reward
+    image_size: list[int] = field(default_factory=lambda: [160, 210])  # [width, height] of every screenshot
+    seed: int = 0  # with the env's id, seeds the slips and the noise: same seed, id and actions, same episodes
+
+
+@dataclass
 class EnvConfig:
-    kind: Literal["miniwob", "web", "android", "sim"] = "miniwob"
+    kind: Literal["miniwob", "web", "android", "sim", "synthweb"] = "miniwob"
     action_space: Literal["element", "pae", "coords", "autoui", "cogagent"] = "element"
     max_steps: int = 5
     viewport: list[int] = field(default_factory=lambda: [1024, 768])  # exact pixels of the page area
@@ -106,11 +122,33 @@ class EnvConfig:
     task_area_scale: int = 2
     android: AndroidConfig = field(default_factory=AndroidConfig)
     sim: SimConfig = field(default_factory=SimConfig)
+    synthweb: SynthWebConfig = field(default_factory=SynthWebConfig)
+
+
+@dataclass
+class SynthWebTasksConfig:
+    """`tasks.suite: synthweb`: the task mix, one synthetic site per task, made from the task's seed alone.
+
+    A task of depth d is solved by d clicks, each on the one link of its page that the instruction names, among
+    `distractors` others (drawn per task from [min_distractors, max_distractors]); depth is drawn per task from
+    [min_depth, max_depth]. `confusable` is the chance that a distractor shares a word with the right link's text;
+    an `impossible` share of tasks lack their last link (no path)."""
+
+    num_tasks: int = 200  # distinct training tasks, drawn again and again
+    seed: int = 0  # task i is made from seed `seed * 10_000_000 + i` alone: same seed, same tasks
+    min_depth: int = 1
+    max_depth: int = 4
+    min_distractors: int = 1
+    max_distractors: int = 6
+    confusable: float = 0.5
+    impossible: float = 0.1
+    # evaluation plays the training tasks ("train", in order) or as many tasks of the same mix never trained on
+    eval_tasks: Literal["train", "heldout"] = "train"
 
 
 @dataclass
 class TasksConfig:
-    suite: Literal["miniwob", "webvoyager", "webarena", "aitw-general", "aitw-webshop"] = "miniwob"
+    suite: Literal["miniwob", "webvoyager", "webarena", "aitw-general", "aitw-webshop", "synthweb"] = "miniwob"
     train: list[str] = field(default_factory=lambda: ["click-test-2"])  # MiniWoB++ names, or ["all"]
     eval: list[str] | None = None  # default: the training tasks
     # web suites: a JSONL task file (web_name, id, ques, web[, eval]); AitW: a text file, one instruction per line
@@ -118,3 +156,4 @@ class TasksConfig:
     eval_file: str | None = None  # default: `file`
     url_map: dict[str, str] = field(default_factory=dict)  # placeholders such as __SHOPPING__ -> base URL
     sampling: Literal["random", "sequential"] = "random"
+    synthweb: SynthWebTasksConfig = field(default_factory=SynthWebTasksConfig)

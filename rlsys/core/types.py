@@ -26,7 +26,10 @@ class Task:
 
 
 def task_group(task: Task) -> str:
-    """What success rates are reported per: the MiniWoB++ task, or the website."""
+    """What success rates are reported per: the MiniWoB++ task, the synthetic task's depth (or "impossible"), or
+    the website."""
+    if task.suite == "synthweb":
+        return task.meta.get("group") or task.suite
     return task.start if task.suite == "miniwob" else task.meta.get("web_name") or task.suite
 
 

@@ -1,6 +1,7 @@
 """Environments: the front door builds one from its config (`make_env`) and says which action texts
 are valid in it (`action_validator`). web/ is headless Chromium (any site, MiniWoB++, WebArena
-checks), android/ drives emulators through adb, sim.py is a latency model for scale tests, tasks.py
+checks), android/ drives emulators through adb, sim.py is a latency model for scale tests, synthweb.py a fast
+synthetic web-like suite for controlled learning experiments, tasks.py
 loads task suites, and evaluators/ decides episode outcomes (programmatic checks and VLM judges).
 """
 
@@ -34,6 +35,10 @@ def make_env(cfg: EnvConfig, env_id: str, fuzzy_judge=None, *, emulators: Leases
         from rlsys.envs.sim import SimEnv
 
         return SimEnv(cfg, env_id)
+    if cfg.kind == "synthweb":
+        from rlsys.envs.synthweb import SynthWebEnv
+
+        return SynthWebEnv(cfg, env_id)
     if cfg.kind == "android":
         if emulators is None:
             raise ValueError("env.kind 'android' plays on a leased device: make_env needs emulators= to lease it from")

@@ -159,6 +159,8 @@ class RlsysEnv(gymnasium.Env):
             from rlsys.envs.sim import SCREEN
 
             return SCREEN, SCREEN
+        if self.cfg.kind == "synthweb":
+            return self._env.image_size
         return self._env.area[2] * self._env.scale, self._env.area[3] * self._env.scale
 
     def _task(self, task, instruction: str = "") -> Task:

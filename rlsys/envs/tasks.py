@@ -31,7 +31,12 @@ def miniwob_names(names: list[str]) -> list[str]:
 
 
 def load_suite(cfg: TasksConfig, split: str) -> list[Task]:
-    """The tasks of a web or AitW suite from its file (`tasks.eval_file` for evaluation, if set)."""
+    """The tasks of a web or AitW suite from its file (`tasks.eval_file` for evaluation, if set); the synthetic
+    suite's are made from `tasks.synthweb`."""
+    if cfg.suite == "synthweb":
+        from rlsys.envs.synthweb import suite_tasks
+
+        return suite_tasks(cfg.synthweb, split)
     path = (cfg.eval_file or cfg.file) if split == "eval" else cfg.file
     kind = "an AitW text file, one instruction per line" if is_aitw(cfg.suite) else "a JSONL task file"
     if not path:
@@ -155,7 +160,7 @@ def check_tasks(cfg: TasksConfig, env_kind: str) -> None:
     an unknown task name, a bad task file (with its line number)."""
     from rlsys.envs.web.task_files import TaskFileError
 
-    wanted = "miniwob" if cfg.suite == "miniwob" else "android" if is_aitw(cfg.suite) else "web"
+    wanted = {"miniwob": "miniwob", "synthweb": "synthweb"}.get(cfg.suite, "android" if is_aitw(cfg.suite) else "web")
     if env_kind not in (wanted, "sim"):  # the simulated env plays any suite's tasks
         raise ConfigError(f"tasks.suite = {cfg.suite!r} is played by env.kind = {wanted!r}, not {env_kind!r}")
     try:

@@ -89,7 +89,19 @@ def play_android(tmp_path, request):
         shutdown_and_check(pool, fake_sdk)
 
 
-PLAYS = {"sim": play_sim, "miniwob": play_miniwob, "web": play_web, "android": play_android}
+def play_synthweb(tmp_path, request):
+    from rlsys.config import SynthWebTasksConfig
+    from rlsys.envs.synthweb import build_site, make_task
+
+    env = make_env(build(EnvConfig, {"kind": "synthweb"}, "env"), "test/env1")
+    task = make_task(1, SynthWebTasksConfig(min_depth=1, max_depth=1, impossible=0.0))
+    obs = env.reset(task)
+    named = [e["text"] for e in obs.extras["elements"]].index(build_site(task.meta).path[0])
+    result = env.step(f"click [{named}]")
+    assert (env.env_id, result.reward, result.info["outcome"]) == ("test/env1", 1.0, "success")
+
+
+PLAYS = {"sim": play_sim, "miniwob": play_miniwob, "web": play_web, "android": play_android, "synthweb": play_synthweb}
 
 
 def test_every_kind_the_config_accepts_has_a_play_here():

@@ -30,6 +30,7 @@ from rlsys.envs.web import spaces
 from rlsys.envs.web.browser import Browser, PageGoneError, PageScriptError
 from rlsys.envs.web.confinement import ConfinementProxy, Policy, browser_split, origin_of, parse_origin
 from rlsys.envs.web.devtools import DevToolsError
+from rlsys.envs.web.element_list import render_pae, render_roles
 from rlsys.envs.web.marks import draw_marks
 from rlsys.envs.web.spaces import TERMINAL, WebAction
 from rlsys.envs.web.webarena import evaluate
@@ -615,23 +616,6 @@ def viewport_point(element: dict, area: tuple[int, ...], scale: int) -> tuple[fl
         left, top, width, height = element["box"]
         x, y = left + width / 2, top + height / 2
     return area[0] + x / scale, area[1] + y / scale
-
-
-def render_pae(index: int, element: dict) -> str:
-    """PAE's element line: `[3]: <a> "Downloads";`."""
-    return f'[{index}]: <{element["tag"]}> "{element["text"]}";'
-
-
-def render_roles(index: int, element: dict) -> str:
-    """An element as assistive technology announces it: `[3] checkbox "Remember me" checked`."""
-    line = f'[{index}] {element.get("role") or element["tag"]} "{element.get("name", element["text"])}"'
-    if element.get("value"):
-        line += f' value "{element["value"]}"'
-    if element.get("checked") is not None:
-        line += " checked" if element["checked"] else " unchecked"
-    if element.get("disabled"):
-        line += " disabled"
-    return line
 
 
 def _stopped_a_load(error: TimeoutException) -> bool:

@@ -1,8 +1,9 @@
 """Steps per second of the synthetic web suite (env.kind synthweb) on one core, played by the random clicker.
 
 Cold: the first `--seconds` from empty caches, while each page's screenshot is drawn for the first time (about 3
-ms a page layout); warm: the next `--seconds`, when most layouts' screenshot, element list and grammar are kept. Both with set-of-marks screenshots (160x210) and with
-the default task mix (200 tasks, depth 1-4), with `env.synthweb.wrong_link` at its default (detour).
+ms a page layout); warm: the next `--seconds`, when most layouts' screenshot, element list and grammar are kept.
+Both with set-of-marks screenshots (160x210) and with the default task mix (200 tasks, depth 1-4), with
+`env.synthweb.wrong_link` at its default (detour).
 
 python benchmarks/synthweb_speed.py --seconds 5
 """

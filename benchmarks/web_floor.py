@@ -26,7 +26,7 @@ import json
 import time
 from pathlib import Path
 
-from rlsys.envs.web.browser import Browser
+from rlsys.envs.web.browser import PAGE_GONE, Browser
 from rlsys.envs.web.devtools import DevTools
 
 ELEMENTS_JS = (Path(__file__).resolve().parent.parent / "rlsys" / "envs" / "web" / "elements.js").read_text()
@@ -52,7 +52,6 @@ IDLE_THEN_LIST = (
   return { url: location.href, elements: findElements("body", [], null) };
 })"""
 )
-GONE = ("Execution context was destroyed", "Inspected target navigated or closed", "Cannot find context")
 ATTEMPTS = 5
 
 
@@ -135,13 +134,13 @@ class Floor:
             try:
                 reply = self.cdp.wait(listing)
             except RuntimeError as e:  # the document went away under the script: list the next one
-                if attempt == ATTEMPTS or not any(s in str(e) for s in GONE):
+                if attempt == ATTEMPTS or not any(s in str(e) for s in PAGE_GONE):
                     raise
                 continue
             if "exceptionDetails" in reply:
                 details = reply["exceptionDetails"]
                 message = details.get("exception", {}).get("description") or details.get("text", "")
-                if attempt == ATTEMPTS or not any(s in message for s in GONE):
+                if attempt == ATTEMPTS or not any(s in message for s in PAGE_GONE):
                     raise RuntimeError(message)
                 continue
             page = reply["result"]["value"]

@@ -178,7 +178,7 @@ class PageGoneError(PageScriptError):
 
 
 # what DevTools answers a script whose document went away
-_PAGE_GONE = ("Inspected target navigated or closed", "Execution context was destroyed", "Cannot find context with")
+PAGE_GONE = ("Inspected target navigated or closed", "Execution context was destroyed", "Cannot find context with")
 
 
 class Browser:
@@ -261,19 +261,24 @@ class Browser:
         self.driver.command_executor.client_config.timeout = timeout_s
         self.driver.set_page_load_timeout(timeout_s)
         self.driver.set_script_timeout(timeout_s)
+        self.devtools = None
         try:
             self.devtools = DevTools(Path(self._profile))
             self.tabs = TabSessions(self.devtools)
             self.download_cap = DownloadCap(self.devtools, self.downloads, download_max_mb)
             self._tab = self.driver.current_window_handle
             self.prepare_tab()
-        except CONNECTION_ERRORS as e:
+        except (*CONNECTION_ERRORS, WebDriverException) as e:
+            if self.devtools is not None:
+                self.devtools.close()
             self.driver.quit()
-            raise EnvSetupError(f"no DevTools connection to Chromium: {e}") from None
+            shutil.rmtree(self._profile, ignore_errors=True)
+            raise EnvSetupError(f"Chromium started, but setting it up over DevTools failed: {e}") from None
 
-    def cdp(self, command: str, **params) -> dict:
-        """A DevTools command to the current tab, over the browser's own connection (devtools.py)."""
-        return self.devtools.call(command, self.tabs.session(self._tab), self.timeout_s, **params)
+    def cdp(self, command: str, timeout_s: float | None = None, **params) -> dict:
+        """A DevTools command to the current tab, over the browser's own connection (devtools.py); TimeoutError
+        after `timeout_s` (env.step_timeout_s unless given) without a reply."""
+        return self.devtools.call(command, self.tabs.session(self._tab), timeout_s or self.timeout_s, **params)
 
     def loading(self) -> bool:
         """Whether the current tab's page is loading a document (TabSessions.loading)."""
@@ -298,24 +303,24 @@ class Browser:
         self._tab = self.driver.current_window_handle
         self.prepare_tab()
 
-    def call_in_page(self, function: str, *args):
+    def call_in_page(self, function: str, *args, timeout_s: float | None = None):
         """Call `function` (the JavaScript source of one) with `args` in the current tab's page and return its
         result. Over CDP rather than chromedriver's execute_script, whose own checks of the page around the
         call cost about 10 ms more. Raises PageScriptError where the function throws, PageGoneError where the
         page went away meanwhile."""
-        return self._evaluate(f"({function})(...{json.dumps(args)})")
+        return self._evaluate(f"({function})(...{json.dumps(args)})", timeout_s)
 
-    def await_in_page(self, script: str, *args):
+    def await_in_page(self, script: str, *args, timeout_s: float | None = None):
         """Run `script`, written for WebDriver's execute_async_script (its last argument is the callback), in the
         current tab's page with `args`, and return what it passes to the callback; as call_in_page, over CDP."""
         call = f"new Promise((resolve) => (function () {{\n{script}\n}}).apply(null, [...{json.dumps(args)}, resolve]))"
-        return self._evaluate(call, awaitPromise=True)
+        return self._evaluate(call, timeout_s, awaitPromise=True)
 
-    def _evaluate(self, expression: str, **options):
+    def _evaluate(self, expression: str, timeout_s: float | None, **options):
         try:
-            reply = self.cdp("Runtime.evaluate", expression=expression, returnByValue=True, **options)
+            reply = self.cdp("Runtime.evaluate", timeout_s, expression=expression, returnByValue=True, **options)
         except DevToolsError as e:
-            if any(sign in str(e) for sign in _PAGE_GONE):
+            if any(sign in str(e) for sign in PAGE_GONE):
                 raise PageGoneError(str(e)) from None
             raise
         if "exceptionDetails" in reply:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +22,7 @@ import websocket
 
 # what a DevTools connection that cannot be made raises (a missing or torn DevToolsActivePort, a refused socket,
 # a failed handshake, a refused command)
+log = logging.getLogger(__name__)
 CONNECTION_ERRORS = (OSError, ValueError, RuntimeError, websocket.WebSocketException)
 REPLY_TIMEOUT_S = 10.0
 
@@ -43,6 +45,7 @@ class DevTools:
         self._ids = itertools.count(1)
         self._send_lock = threading.Lock()
         self._replies: dict[int, dict] = {}
+        self._abandoned: set[int] = set()  # commands whose waiter gave up
         self._on_reply: dict[int, Callable[[dict], None]] = {}
         self._replied = threading.Condition()
         self._listeners: dict[str, list[Callable[[dict, str | None], None]]] = {}
@@ -75,7 +78,7 @@ class DevTools:
         gone, TimeoutError where no reply came within `timeout_s`."""
         with self._replied:
             if not self._replied.wait_for(lambda: ident in self._replies or self.closed.is_set(), timeout_s):
-                self._on_reply[ident] = _drop  # a reply that comes after all is not kept
+                self._abandoned.add(ident)  # a reply that comes after all is not kept
                 raise TimeoutError(f"no reply from Chromium to {method} within {timeout_s:g} s")
             reply = self._replies.pop(ident, {"error": {"message": "the DevTools connection closed"}})
         if "error" in reply:
@@ -96,14 +99,17 @@ class DevTools:
                 message = json.loads(message)
                 if "id" in message:
                     if callback := self._on_reply.pop(message["id"], None):
-                        callback(message)
+                        _heard(callback, message)
                         continue
                     with self._replied:
-                        self._replies[message["id"]] = message
+                        if message["id"] in self._abandoned:
+                            self._abandoned.discard(message["id"])
+                        else:
+                            self._replies[message["id"]] = message
                         self._replied.notify_all()
                 else:
                     for listener in self._listeners.get(message.get("method"), ()):
-                        listener(message.get("params", {}), message.get("sessionId"))
+                        _heard(listener, message.get("params", {}), message.get("sessionId"))
         except (websocket.WebSocketException, OSError, ValueError):
             pass  # the browser went away, or close()
         finally:
@@ -146,6 +152,7 @@ class TabSessions:
         self._sessions: dict[str, str] = {}
         self._loading: set[str] = set()
         self._dialogs: list[str] = []
+        self._dialogs_lock = threading.Lock()  # appended on the reader thread, taken on the env's
         devtools.on("Page.javascriptDialogOpening", self._accept_dialog)
         devtools.on("Target.detachedFromTarget", self._forget)
         for event, loading in LOADING_EVENTS.items():
@@ -164,7 +171,8 @@ class TabSessions:
         self._loading.discard(tab)
 
     def take_dialogs(self) -> list[str]:
-        taken, self._dialogs = self._dialogs, []
+        with self._dialogs_lock:
+            taken, self._dialogs = self._dialogs, []
         return taken
 
     def _note(self, loading: bool, params: dict, session: str | None) -> None:
@@ -175,7 +183,8 @@ class TabSessions:
     def _accept_dialog(self, params: dict, session: str | None) -> None:
         def accepted(reply: dict) -> None:
             if "error" not in reply:  # else chromedriver had answered it, and reports it itself
-                self._dialogs.append(params.get("message", ""))
+                with self._dialogs_lock:
+                    self._dialogs.append(params.get("message", ""))
 
         if session in self._sessions.values():
             self._devtools.send("Page.handleJavaScriptDialog", session, on_reply=accepted, accept=True)
@@ -187,5 +196,10 @@ class TabSessions:
                 self._loading.discard(tab)
 
 
-def _drop(reply: dict) -> None:
-    pass
+def _heard(listener: Callable, *args) -> None:
+    """Call a listener on the reader thread; its failure is logged, not allowed to end the reading for every
+    other command and listener of the connection."""
+    try:
+        listener(*args)
+    except Exception:
+        log.exception("a DevTools listener failed")

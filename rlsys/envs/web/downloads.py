@@ -19,8 +19,6 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-import websocket
-
 from rlsys.envs.web.devtools import DevTools, DevToolsError
 
 SAMPLE_S = 0.01
@@ -97,7 +95,7 @@ class DownloadCap:
         for guid, download in cancelling.items():
             try:
                 self._devtools.call("Browser.cancelDownload", guid=guid)
-            except (DevToolsError, TimeoutError, websocket.WebSocketException, OSError):
+            except (DevToolsError, OSError):  # TimeoutError is an OSError
                 continue  # it finished meanwhile, or the browser is gone
             # its partial file, unless a download going on may be writing that one: Chromium deletes it soon
             # after, and until then the report would list it

@@ -27,7 +27,7 @@ from rlsys.config import EnvConfig
 from rlsys.core.env import EnvBrokenError, EnvSetupError
 from rlsys.core.types import Observation, StepResult, Task
 from rlsys.envs.web import spaces
-from rlsys.envs.web.browser import Browser, PageGoneError, PageScriptError
+from rlsys.envs.web.browser import Browser, PageScriptError
 from rlsys.envs.web.confinement import ConfinementProxy, Policy, browser_split, origin_of, parse_origin
 from rlsys.envs.web.devtools import DevToolsError
 from rlsys.envs.web.element_list import render_pae, render_roles
@@ -38,6 +38,7 @@ from rlsys.envs.web.webarena import evaluate
 # Errors that mean the browser is gone or hung rather than that the action was bad.
 BROKEN = (WebDriverException, HTTPError, ConnectionError, TimeoutError, DevToolsError)
 _DIALOG_RETRIES = 5
+_QUICK_REPLY_S = 2.0  # a page script's reply over DevTools, beyond its own waiting: longer means a load holds it
 _SETTLE_ATTEMPTS = 5
 
 
@@ -358,10 +359,10 @@ class WebEnv:
         only says where it is (one round trip over DevTools); any other is left to chromedriver's waiting."""
         if not self.browser.loading():
             try:
-                url, idle = self.browser.call_in_page(_WHERE_AND_WHETHER_IDLE)
+                url, idle = self.browser.call_in_page(_WHERE_AND_WHETHER_IDLE, timeout_s=_QUICK_REPLY_S)
                 if idle:
                     return url
-            except PageScriptError:
+            except (PageScriptError, TimeoutError):  # a load began before its events came: chromedriver waits
                 pass
         url = self._navigate(lambda: self.driver.current_url, events)
         self.browser.loaded()
@@ -487,10 +488,11 @@ class WebEnv:
 
         if not self.browser.loading():
             try:
-                page = self.browser.await_in_page(script, *arguments(True))
+                page = self.browser.await_in_page(script, *arguments(True), timeout_s=self._settle_bound_s())
                 if not page.get("loading"):
                     return page
-            except PageScriptError:  # the document went away meanwhile, or broke the script: as below
+            # the document went away meanwhile, broke the script, or began a load before its events came: as below
+            except (PageScriptError, TimeoutError):
                 pass
         for attempt in range(1, _SETTLE_ATTEMPTS + 1):
             started = time.monotonic()
@@ -506,9 +508,13 @@ class WebEnv:
     def _finish_settling(self, key: str) -> dict | None:
         """The description of a page that answered provisionally (observe.js); None if its document went away."""
         try:
-            return self.browser.await_in_page(_FINISH_SETTLING, key)
-        except PageGoneError:
+            return self.browser.await_in_page(_FINISH_SETTLING, key, timeout_s=self._settle_bound_s())
+        except (PageScriptError, TimeoutError):
             return None
+
+    def _settle_bound_s(self) -> float:
+        """How long a settling script may take over DevTools before the page is taken to be held by a load."""
+        return self.cfg.settle_timeout_s + _QUICK_REPLY_S
 
     def _follow_or_close_new_tabs(self, requested: list[str], events: dict) -> bool:
         """Close the tabs opened since the last observation, or follow the last one (env.new_tabs);

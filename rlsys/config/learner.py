@@ -107,9 +107,9 @@ class LearnerConfig:
     # DigiRL's instruction critic and curriculum, and filtered BC's reward quantile, rank every trajectory of the
     # run (and the offline data), as DigiRL's released code keeps them all; false: only the iteration's sample
     rank_history: bool = True
-    # The most whole trajectories one update reads back from that history (what the curriculum or the quantile
-    # keeps, drawn at random past this): the learner's memory beside the sample, however long the run.
-    # learner.sample_trajectories may not exceed it where the history is ranked.
+    # A bound on what one update reads back whole from that history: where the history is ranked, a config whose
+    # learner.sample_trajectories (the most trajectories of those the curriculum or the quantile keeps that are
+    # read back, drawn at random past it) exceeds this is refused, so the learner's memory stays bounded.
     max_history_fetch: int = 2000
     offline_iterations: int = 0  # filtered_bc / sft: iterations of the offline phase (digirl: digirl.offline_*)
     # Clipped importance weights min(importance_clip, pi/mu) on the actor loss; auto: on in async mode,

@@ -109,11 +109,18 @@ def build_site(meta: dict) -> Site:
         ) from e
 
 
+_CONFUSABLE_TRIES = 500
+
+
 def _distractors(rng: random.Random, right: str, path: set[str], count: int, confusable: float) -> list[str]:
     adjective, noun = right.split(" ")
     chosen: list[str] = []
+    tries = 0
     while len(chosen) < count:
-        if rng.random() < confusable:  # one word the same as the right link's
+        tries += 1
+        # one word the same as the right link's; past a few hundred tries (a long path has used up the ~70 names
+        # that share a word with it) any name, so that no mix of settings leaves this looking for ever
+        if rng.random() < confusable and tries <= _CONFUSABLE_TRIES:
             name = rng.choice((f"{adjective} {rng.choice(NOUNS)}", f"{rng.choice(ADJECTIVES)} {noun}"))
         else:
             name = rng.choice(NAMES)
@@ -356,7 +363,7 @@ class SynthWebEnv:
     def _observe(self, feedback: str | None) -> Observation:
         view = self._view
         extras = {
-            "elements": view.elements,
+            "elements": [dict(element) for element in view.elements],  # the view is shared: a copy to change
             "history": list(self._history),
             "feedback": feedback,
             "settled": True,

@@ -292,7 +292,7 @@ def curves(keys: list[str]) -> tuple[list[Curve], list[str]]:
     named += [Curve(k, [k]) for k in keys if "loss" in k]
     named += [
         Curve("Env steps per second", [k for k in keys if k == "time/env_steps_per_s"]),
-        Curve("Policy lag of the trained sample (versions)", [k for k in keys if k.startswith("train/policy_lag")]),
+        Curve("Policy lag of the trained-on data (versions)", [k for k in keys if k.startswith("train/policy_lag")]),
         Curve("Replay buffer size (trajectories)", [k for k in keys if k == "replay/size"]),
         Curve("Judge calls", [k for k in keys if k.endswith("judge_calls_per_trajectory") or k == "judge/calls"]),
         Curve("Judge unknown rate", [k for k in keys if k == "judge/unknown_rate"], percent=True),

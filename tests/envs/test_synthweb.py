@@ -5,6 +5,7 @@ configured rate, the same episodes from the same seed, and the exact solve proba
 import dataclasses
 import random
 import re
+import threading
 
 import pytest
 
@@ -192,3 +193,20 @@ def test_bad_settings_are_config_errors_naming_the_key(overrides, message):
     with pytest.raises(ConfigError, match=message):
         cfg = load_config(None, ["env.kind=synthweb", "env.max_steps=6", "tasks.suite=synthweb", *overrides])
         check_tasks(cfg.tasks, cfg.env.kind)
+
+
+def test_the_largest_mix_the_config_allows_is_built_in_bounded_time():
+    """At the bounds (a path of 1,000 pages, 30 distractors a page, every distractor to share a word with the right
+    link) the ~70 names that share a word with a link run out: the site is still built, its distractors distinct
+    and off the path."""
+    mix = SynthWebTasksConfig(
+        min_depth=1000, max_depth=1000, min_distractors=30, max_distractors=30, confusable=1.0, impossible=0.0
+    )
+    built = []
+    worker = threading.Thread(target=lambda: built.append(build_site(make_task(3, mix).meta)), daemon=True)
+    worker.start()
+    worker.join(timeout=30)
+    assert built, "building the site did not finish within 30 s"
+    site = built[0]
+    assert len(site.path) == 1000 and all(len(set(links)) == len(links) == 31 for links in site.links)
+    assert all(not (set(links) - {site.path[i]}) & set(site.path) for i, links in enumerate(site.links))

@@ -118,9 +118,11 @@ class DownloadCap:
     def report(self, seen: dict[str, int]) -> list[dict]:
         """The downloads cancelled since the last report, then every file in the folder that is new or has
         changed size since `seen` (which is updated): {"name", "bytes", "complete"}, and "removed" for one over
-        the cap, which is deleted (a download that finished between two samples)."""
+        the cap, which is deleted (a download that finished between two samples). A download cancelled as it
+        finished is one entry: the cancellation's, with what the finished file says."""
         with self._folder:
             entries, self._cancelled = self._cancelled, []
+            cancelled = {entry["name"]: entry for entry in entries}
             for path in _files(self.folder):
                 try:
                     size = path.stat().st_size
@@ -133,7 +135,10 @@ class DownloadCap:
                 if size > self._cap:
                     path.unlink(missing_ok=True)
                     entry["removed"] = f"over the {self.cap_mb:g} MB cap"
-                entries.append(entry)
+                if entry["complete"] and path.name in cancelled:  # the cancellation came as it finished
+                    cancelled[path.name].update(entry)
+                else:
+                    entries.append(entry)
         return entries
 
     def clear(self) -> None:

@@ -9,6 +9,7 @@ import random
 import numpy as np
 
 from rlsys.config import LearnerConfig
+from rlsys.config.checks import ranks_history
 from rlsys.core.types import Trajectory
 from rlsys.learners.history import History
 from rlsys.learners.imitation import ActorUpdate, samples_of
@@ -20,7 +21,7 @@ class FilteredBC:
         self.cfg = cfg
         self.actor = ActorUpdate(cfg, policy, "token_mean", correct_off_policy, seed)
         # DigiRL's baseline ranks rewards over the run's history, as DigiRL's curriculum does
-        self.ranks_history = cfg.algorithm == "filtered_bc" and cfg.filter == "quantile" and cfg.rank_history
+        self.ranks_history = ranks_history(cfg)  # the rule the config check bounds the history reads by
         self.rng = random.Random(seed)
 
     def update(

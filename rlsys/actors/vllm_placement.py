@@ -1,11 +1,11 @@
 """`policy.placement: vllm` on the rlsys side: starting the engines (actors/vllm_engine.py) from the
 vLLM environment, and `EnginePolicy`, a runner's view of an engine.
 
-The runner builds the prompt and the action grammar's regular expression; the engine tokenizes,
-samples under the grammar (vLLM's structured outputs, llguidance backend) and returns the text, the
-sampled ids and their log-prob. A model built from config (no `policy.path`) is saved once here and
-kept in the weight store as bytes, so an engine on another node, or one Ray restarted, needs no
-shared folder.
+The runner builds the prompt's token ids (a vision-language policy's with the screenshot beside them)
+and the action grammar's regular expression; the engine samples under the grammar (vLLM's structured
+outputs, llguidance backend) and returns the text, the sampled ids and their log-prob. A model built
+from config (no `policy.path`) is saved once here and kept in the weight store as bytes, so an engine
+on another node, or one Ray restarted, needs no shared folder.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from rlsys.policies.grammar_regex import grammar_regex_or_none
 from rlsys.policies.lora_checkpoint import BASE_DIR
 from rlsys.policies.resolve import resolve
 from rlsys.policies.sampling import prompt_text
+from rlsys.policies.vlm_engine_inputs import load_vision_inputs, vlm_lora_settings, vlm_prompt_ids
 
 # scripts/setup-vllm.sh builds it beside the source tree
 DEFAULT_VENV = Path(__file__).resolve().parents[2] / ".venv-vllm"  # rlsys/actors/ -> the checkout
@@ -51,7 +52,9 @@ def vllm_python(setting: str) -> str:
 
 def engine_args(cfg: Config) -> dict:
     v = cfg.policy.vllm
+    images = {"limit_mm_per_prompt": {"image": 1, "video": 0}} if cfg.policy.kind == "vlm" else {}
     return {
+        **images,  # one screenshot a prompt; no video, which vLLM's CPU build could not process
         "dtype": cfg.policy.dtype,  # the same three names in vLLM
         "max_model_len": cfg.policy.max_prompt_tokens + cfg.policy.max_new_tokens + 1,
         "max_num_seqs": v.max_num_seqs,
@@ -76,7 +79,10 @@ def engine_model(cfg: Config) -> tuple[str | None, dict[str, bytes] | None, dict
         base, adapter = resolve(policy)
         if policy.publish == "full" or not (adapter or policy.lora.enabled):
             return base.name, None, None
-        return base.name, None, adapter.settings if adapter else lora_settings(policy)
+        if adapter:
+            return base.name, None, adapter.settings
+        fresh = vlm_lora_settings(policy, base.folder) if policy.kind == "vlm" else lora_settings(policy)
+        return base.name, None, fresh
     from rlsys.policies import build_policy
 
     built = build_policy(policy, seed=cfg.run.seed)  # what the learner starts from
@@ -84,7 +90,13 @@ def engine_model(cfg: Config) -> tuple[str | None, dict[str, bytes] | None, dict
         built.save_pretrained(tmp)
         base = Path(tmp) / BASE_DIR if built.adapter_only else Path(tmp)
         files = {p.name: p.read_bytes() for p in base.iterdir() if p.is_file()}
-    return None, files, built.adapter_config() if built.adapter_only else None
+    return None, files, adapter_settings(built.model) if built.adapter_only else None
+
+
+def adapter_settings(model) -> dict:
+    """A peft model's adapter shape, as the engine writes it into each published adapter's config."""
+    lora = model.peft_config["default"]
+    return {"r": lora.r, "lora_alpha": lora.lora_alpha, "target_modules": sorted(lora.target_modules)}
 
 
 def start_engines(cfg: Config, weight_store, seed: int) -> list:
@@ -128,17 +140,33 @@ class EnginePolicy:
     def __init__(self, engine, cfg: PolicyConfig, timeout_s: float = 600.0):
         self.engine = engine
         self.cfg = cfg
-        self.tokenizer = load_tokenizer(cfg)
+        self.vision = load_vision_inputs(cfg) if cfg.kind == "vlm" else None
+        self.tokenizer = self.vision.tokenizer if self.vision else load_tokenizer(cfg)
         self.timeout_s = timeout_s
         self.version = -1
 
+    def prompts(self, observations) -> tuple[list[list[int]], list[bytes] | None]:
+        """Each observation's prompt ids, as the learner builds them, and the screenshots a VLM reads."""
+        if self.vision is None:
+            return [prompt_ids(self.tokenizer, o, self.cfg.max_prompt_tokens) for o in observations], None
+        ids = [vlm_prompt_ids(self.vision, o, self.cfg.prompt) for o in observations]
+        return ids, [o.screenshot_png for o in observations]
+
     def act(self, observations, greedy: bool = False) -> list[ActionSample]:
-        prompts = [prompt_ids(self.tokenizer, o, self.cfg.max_prompt_tokens) for o in observations]
+        prompts, images = self.prompts(observations)
         grammars = [o.extras.get("grammar") if self.cfg.constrained else None for o in observations]
         regexes = [grammar_regex_or_none(g) for g in grammars]
-        results = ray.get(self.engine.generate.remote(prompts, regexes, greedy), timeout=self.timeout_s)
+        results = ray.get(self.engine.generate.remote(prompts, regexes, greedy, images), timeout=self.timeout_s)
+        # VLMPolicy scores an action's text tokenized again, not sampled ids: it is given none
+        keep_ids = self.vision is None
         samples = [
-            ActionSample(r["text"], r["logprob"], r["version"], r["token_ids"], prompt=prompt_text(self.tokenizer, ids))
+            ActionSample(
+                r["text"],
+                r["logprob"],
+                r["version"],
+                r["token_ids"] if keep_ids else None,
+                prompt=prompt_text(self.tokenizer, ids),
+            )
             for r, ids in zip(results, prompts)
         ]
         self.version = min(s.version for s in samples)

@@ -84,9 +84,10 @@ def check_synthweb(cfg: Config) -> None:
 
 def check_placement(policy: PolicyConfig) -> None:
     """What `policy.placement` asks of the rest of the policy (what acts for a runner: rlsys/actors/placement.py)."""
-    if policy.placement == "vllm" and policy.kind != "causal_lm":
+    if policy.placement == "vllm" and policy.kind not in ("causal_lm", "vlm"):
         raise ConfigError(
-            f"policy.placement = 'vllm' serves text policies (policy.kind = 'causal_lm'), got {policy.kind!r}"
+            "policy.placement = 'vllm' serves causal language models and vision-language models "
+            f"(policy.kind = 'causal_lm' or 'vlm'), got {policy.kind!r}"
         )
     if policy.placement == "vllm" and policy.lora.enabled and policy.publish == "full":
         raise ConfigError(

@@ -13,6 +13,7 @@ class LoraConfig:
     alpha: int = 256
     dropout: float = 0.05
     target_modules: list[str] | None = None  # None: every linear layer of the language model
+    merge_for_acting: bool = True  # act with the adapter merged into the base weights (exactly undone to train)
 
 
 @dataclass

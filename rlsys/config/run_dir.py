@@ -109,7 +109,7 @@ MODEL_KEYS = (
     "policy.vision_path",
     "policy.dtype",
     "policy.load_in_4bit",
-    "policy.lora",
+    *(f"policy.lora.{key}" for key in ("enabled", "r", "alpha", "dropout", "target_modules")),  # not how it acts
     *(
         f"learner.{algo}.{key}"
         for algo in ("digirl", "digiq")

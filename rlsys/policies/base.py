@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import torch
 
@@ -24,6 +25,29 @@ class ModulePolicy:
     whose base is frozen, so its weights to publish are the adapter alone."""
 
     adapter_only = False
+    merged_lora = None  # a MergedLora (lora_merge.py) when the adapter is merged to act
+
+    @property
+    def model(self) -> torch.nn.Module:
+        """The model as it trains, scores and is saved: a LoRA adapter unmerged (acting may have merged it)."""
+        if self.merged_lora is not None:
+            self.merged_lora.unmerge()
+        return self._model
+
+    @model.setter
+    def model(self, model: torch.nn.Module) -> None:
+        self._model = model
+
+    @contextmanager
+    def acting(self) -> Iterator[torch.nn.Module]:
+        """The model to generate with: with `merged_lora`, the adapter merged into the base weights (again only
+        once they changed) and switched off, so a decoding step costs what the plain model's does."""
+        if self.merged_lora is None:
+            yield self._model
+            return
+        self.merged_lora.merge()
+        with self._model.disable_adapter():
+            yield self._model
 
     def log_probs(self, observations: Sequence[Observation], actions: Sequence[str]) -> torch.Tensor:
         logp, _ = self.token_logprobs(observations, actions)
@@ -36,7 +60,7 @@ class ModulePolicy:
         self.model.train()
 
     def eval(self) -> None:
-        self.model.eval()
+        self._model.eval()  # changes no weight: a merged adapter may stay merged
 
     def state_dict(self) -> dict:
         """What a runner needs to match the learner: the adapter alone when the base is frozen."""

@@ -36,6 +36,7 @@ from rlsys.core.types import ActionSample, Observation
 from rlsys.policies.base import HFPolicy, torch_dtype
 from rlsys.policies.grammar_decoding import GrammarLogitsProcessor
 from rlsys.policies.lora_checkpoint import ADAPTER_DIR, BASE_DIR, is_peft, without_lora
+from rlsys.policies.lora_merge import merged_lora_for
 from rlsys.policies.resolve import resolve, resolve_path
 from rlsys.policies.sampling import prompt_texts, samples_from, sampling_kwargs, scored_tokens
 from rlsys.policies.tiny_t5 import prompt_text
@@ -142,6 +143,7 @@ class CausalLMPolicy(HFPolicy):
         if cfg.lora.enabled and not is_peft(model):
             model = _with_lora(model, cfg)
         self.model = model.to(device=device, dtype=torch_dtype(cfg, device))
+        self.merged_lora = merged_lora_for(self.model, cfg)
         self.adapter_only = is_peft(self.model) and cfg.publish != "full"
         if cfg.publish == "adapter" and not is_peft(self.model):
             raise ValueError("policy.publish = 'adapter' needs policy.lora.enabled = true")
@@ -208,18 +210,19 @@ class CausalLMPolicy(HFPolicy):
         processors = []
         if any(g is not None for g in grammars):
             processors.append(GrammarLogitsProcessor(grammars, self.tokens, prompt_len))
-        self.model.eval()
-        out = self.model.generate(
-            **batch,
-            logits_processor=LogitsProcessorList(processors),
-            pad_token_id=self.tokenizer.pad_token_id,
-            eos_token_id=eos,
-            **sampling_kwargs(self.cfg.temperature, self.cfg.max_new_tokens, greedy),
-        )
-        limit = self.cfg.max_new_tokens
-        decode = self.decoder(constrained=bool(processors))
-        prompts = prompt_texts(self.tokenizer, batch["input_ids"], batch["attention_mask"])
-        samples = samples_from(self.model, out, prompt_len, eos, decode, self.version, limit, prompts)
+        with self.acting() as model:
+            model.eval()
+            out = model.generate(
+                **batch,
+                logits_processor=LogitsProcessorList(processors),
+                pad_token_id=self.tokenizer.pad_token_id,
+                eos_token_id=eos,
+                **sampling_kwargs(self.cfg.temperature, self.cfg.max_new_tokens, greedy),
+            )
+            limit = self.cfg.max_new_tokens
+            decode = self.decoder(constrained=bool(processors))
+            prompts = prompt_texts(self.tokenizer, batch["input_ids"], batch["attention_mask"])
+            samples = samples_from(model, out, prompt_len, eos, decode, self.version, limit, prompts)
         for sample, seq in zip(samples, out.sequences[:, prompt_len:].tolist()):
             sample.token_ids = seq[: seq.index(eos)] if eos in seq[:limit] else seq[:limit]
         return samples

@@ -26,6 +26,7 @@ from rlsys.policies.grammar_decoding import (
     neutralize_special_tokens,
 )
 from rlsys.policies.lora_checkpoint import ADAPTER_DIR, BASE_DIR, BaseSource, is_peft, without_lora, write_pointer
+from rlsys.policies.lora_merge import merged_lora_for
 from rlsys.policies.presets import PRESETS
 from rlsys.policies.prompts import agent_prompt
 from rlsys.policies.resolve import resolve_path
@@ -80,6 +81,7 @@ class VLMPolicy(HFPolicy):
         if not cfg.load_in_4bit:
             model = model.to(device=device, dtype=torch_dtype(cfg, device))
         self.model = model
+        self.merged_lora = merged_lora_for(model, cfg)
         self.adapter_only = is_peft(model) and cfg.publish != "full"
         if cfg.publish == "adapter" and not is_peft(model):
             raise ValueError("policy.publish = 'adapter' needs policy.lora.enabled = true")
@@ -152,19 +154,20 @@ class VLMPolicy(HFPolicy):
         processors = []
         if any(g is not None for g in grammars):
             processors.append(GrammarLogitsProcessor(grammars, self.tokens, batch["input_ids"].shape[1]))
-        self.model.eval()
-        out = self.model.generate(
-            **batch,
-            logits_processor=LogitsProcessorList(processors),
-            pad_token_id=self.tokenizer.pad_token_id,
-            eos_token_id=self.tokenizer.eos_token_id,
-            **sampling_kwargs(self.cfg.temperature, self.cfg.max_new_tokens, greedy),
-        )
-        decode = self.decoder(constrained=bool(processors))
-        prompt_len = batch["input_ids"].shape[1]
-        eos, limit = self.tokenizer.eos_token_id, self.cfg.max_new_tokens
-        prompts = prompt_texts(self.tokenizer, batch["input_ids"], batch["attention_mask"])
-        return samples_from(self.model, out, prompt_len, eos, decode, self.version, limit, prompts)
+        with self.acting() as model:
+            model.eval()
+            out = model.generate(
+                **batch,
+                logits_processor=LogitsProcessorList(processors),
+                pad_token_id=self.tokenizer.pad_token_id,
+                eos_token_id=self.tokenizer.eos_token_id,
+                **sampling_kwargs(self.cfg.temperature, self.cfg.max_new_tokens, greedy),
+            )
+            decode = self.decoder(constrained=bool(processors))
+            prompt_len = batch["input_ids"].shape[1]
+            eos, limit = self.tokenizer.eos_token_id, self.cfg.max_new_tokens
+            prompts = prompt_texts(self.tokenizer, batch["input_ids"], batch["attention_mask"])
+            return samples_from(model, out, prompt_len, eos, decode, self.version, limit, prompts)
 
     # -- learning
 

@@ -99,6 +99,17 @@ def test_policy_rules_across_sections(tmp_path):
         load_config(None, ["env.action_space=pae"])
 
 
+def test_a_resume_may_change_how_lora_acts_but_not_the_adapter():
+    from rlsys.config.run_dir import resume_changes
+
+    saved = {"policy": {"lora": {"enabled": True, "r": 8}}}  # a run saved before merge_for_acting existed
+    assert resume_changes(saved, {"policy": {"lora": {"enabled": True, "r": 8, "merge_for_acting": False}}}) == [
+        "policy.lora.merge_for_acting"
+    ]
+    with pytest.raises(ConfigError, match="policy.lora.r"):
+        resume_changes(saved, {"policy": {"lora": {"enabled": True, "r": 16}}})
+
+
 def test_train_refuses_an_api_policy_before_ray_starts(tmp_path, capsys):
     from rlsys.cli.train import main
 

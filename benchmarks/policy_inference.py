@@ -7,8 +7,12 @@
    reports peak GPU memory.
 2. Weight publishing: the bytes and seconds to publish a version through the `WeightStore`
    and pull it in another actor, full state dict vs LoRA adapter only.
+3. LoRA merged for acting: milliseconds per decoding step of greedy `act()` of a causal LM (d_model
+   512, 4 layers) with an r 64 adapter merged into the base weights (`policy.lora.merge_for_acting`)
+   or not, and without an adapter; and what merging a new version costs.
 
     python benchmarks/policy_inference.py --batches 1 8 32
+    python benchmarks/policy_inference.py --only lora_merge
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import json
 import os
 import platform
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -42,6 +47,8 @@ GPU = {
     # Llama-2-7B-sized language model behind a CLIP-L-sized tower
     "llava_7b": dict(kind="vlm", arch="llava", d_model=4096, d_ff=11008, num_layers=32, num_heads=32, image_size=336),
 }
+
+LORA_MERGE = dict(kind="causal_lm", d_model=512, d_ff=2048, num_layers=4)
 
 
 def screenshot(seed: int, size=(1024, 768)) -> bytes:
@@ -121,29 +128,82 @@ def publish_cost(spec: dict, lora_r: int) -> list[dict]:
     return rows
 
 
+def timed_act(policy, obs: list[Observation], new_tokens: int) -> tuple[float, int]:
+    """Seconds of one greedy `act` with `new_tokens` at most, and the decoding steps it took."""
+    policy.cfg = replace(policy.cfg, max_new_tokens=new_tokens)
+    started = time.perf_counter()
+    lengths = [len(s.token_ids) for s in policy.act(obs, greedy=True)]
+    return time.perf_counter() - started, min(new_tokens, max(lengths) + 1)  # + the step that wrote EOS
+
+
+def lora_merge_cost(batch: int, new_tokens: int, device: str, reps: int = 5) -> list[dict]:
+    """Per decoding step: the time of an act that writes `new_tokens` less one that writes one (the prompt's
+    pass), over the steps between them. The three policies take turns and each keeps its fastest time, so
+    other work on the machine disturbs them alike and little."""
+    obs = observations(batch)
+    policies = {}
+    for adapter in ("none", "unmerged", "merged"):
+        cfg = PolicyConfig(**LORA_MERGE, max_new_tokens=new_tokens, constrained=False)
+        if adapter != "none":
+            lora = LoraConfig(enabled=True, r=64, alpha=64, dropout=0.0, merge_for_acting=adapter == "merged")
+            cfg = replace(cfg, lora=lora)
+        policies[adapter] = policy = build_policy(cfg, seed=0, device=device)
+        with torch.no_grad():  # a trained adapter: B is zero when it starts
+            for name, param in policy.model.named_parameters():
+                if "lora_B" in name:
+                    param.normal_(std=0.01)
+        policy.act(obs, greedy=True)  # warm-up, and the merge
+    best = {adapter: [float("inf"), float("inf"), 0] for adapter in policies}
+    for _ in range(reps):
+        for adapter, policy in policies.items():
+            long_s, steps = timed_act(policy, obs, new_tokens)
+            prompt_s, _ = timed_act(policy, obs, 1)
+            best[adapter] = [min(best[adapter][0], long_s), min(best[adapter][1], prompt_s), steps]
+    rows = []
+    for adapter, (long_s, prompt_s, steps) in best.items():
+        row = {"adapter": adapter, "batch": batch, "steps": steps, "ms_per_act": 1e3 * long_s}
+        row["ms_per_step"] = 1e3 * (long_s - prompt_s) / (steps - 1)
+        if adapter == "merged":  # what a new version costs: the base weights copied back, the new delta added
+            started = time.perf_counter()
+            policies[adapter].merged_lora.unmerge()
+            policies[adapter].merged_lora.merge()
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            row["merge_ms"] = 1e3 * (time.perf_counter() - started)
+        rows.append(row)
+        print(json.dumps(row))
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--scale", choices=["tiny", "gpu"], default="tiny")
     parser.add_argument("--new-tokens", type=int, default=16)
     parser.add_argument("--publish-d-model", type=int, default=512, help="LLaVA size for the publish measurement")
+    parser.add_argument("--only", choices=["throughput", "publish", "lora_merge"], help="one measurement alone")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch's CPU threads")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(args.threads)
     device = "cuda" if args.scale == "gpu" else "cpu"
+    wanted = lambda part: args.only in (None, part)
     specs = GPU if args.scale == "gpu" else TINY
-    rows = [r for name, spec in specs.items() for r in throughput(name, spec, args.batches, device, args.new_tokens)]
-    d = args.publish_d_model
-    publish_spec = dict(kind="vlm", arch="llava", d_model=d, d_ff=4 * d, num_layers=8, num_heads=8)
-    publish = publish_cost(publish_spec, lora_r=16) if args.scale == "tiny" else []
-    out = {
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "device": device},
-        "throughput": rows,
-        "publish": publish,
-        "publish_model": publish_spec,
-    }
+    out = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "device": device}}
+    if wanted("throughput"):
+        out["throughput"] = [
+            r for name, spec in specs.items() for r in throughput(name, spec, args.batches, device, args.new_tokens)
+        ]
+    if wanted("publish") and args.scale == "tiny":
+        d = args.publish_d_model
+        out["publish_model"] = dict(kind="vlm", arch="llava", d_model=d, d_ff=4 * d, num_layers=8, num_heads=8)
+        out["publish"] = publish_cost(out["publish_model"], lora_r=16)
+    if wanted("lora_merge"):
+        out["lora_merge_model"] = LORA_MERGE | {"lora_r": 64}
+        out["lora_merge"] = lora_merge_cost(8, 32, device)
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"policy_inference_{args.scale}.json").write_text(json.dumps(out, indent=1))
+    name = f"policy_inference_{args.scale}" + (f"_{args.only}" if args.only else "")
+    (RESULTS / f"{name}.json").write_text(json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":

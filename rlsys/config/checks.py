@@ -147,6 +147,9 @@ def check_training(cfg: Config) -> None:
             raise ConfigError(f"learner.{key} must be within [0, 1], got {getattr(learner, key)}")
     if learner.batch_size < 1 or learner.grad_accumulation < 1:
         raise ConfigError("learner.batch_size and learner.grad_accumulation must be at least 1")
+    budget = learner.max_tokens_per_micro_batch
+    if isinstance(budget, int) and budget < 1:
+        raise ConfigError(f"learner.max_tokens_per_micro_batch must be at least 1 (or auto, or off), got {budget}")
     if learner.num_learners < 1:
         raise ConfigError(f"learner.num_learners must be at least 1, got {learner.num_learners}")
     if learner.num_learners > learner.batch_size:

@@ -101,6 +101,10 @@ class LearnerConfig:
     lr: float = 1e-3  # the policy's
     batch_size: int = 32
     grad_accumulation: int = 1  # micro-batches of `batch_size` per optimizer step
+    # tokens (prompts and actions) per forward and backward pass of the actor: a micro-batch with more is cut into
+    # length-sorted chunks whose gradients add up to the micro-batch's, so no number changes. auto: sized from the
+    # GPU's free memory on CUDA, no limit on CPU; off: no limit
+    max_tokens_per_micro_batch: int | Literal["auto", "off"] = "auto"
     updates_per_iteration: int = 20  # filtered_bc / sft optimizer steps
     grad_clip: float = 1.0  # per module: each network's own gradient norm
     sample_trajectories: int = 512  # trajectories drawn from the replay buffer per iteration

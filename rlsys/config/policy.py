@@ -82,6 +82,12 @@ class PolicyConfig:
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # auto: bf16 on GPU, fp32 on CPU
     load_in_4bit: bool = False
     gradient_checkpointing: bool = False
+    # transformers' attention; auto: flash_attention_2 on a GPU that has the flash-attn package, else the model's
+    # default (SDPA)
+    attn_implementation: Literal["auto", "sdpa", "eager", "flash_attention_2", "flash_attention_3"] = "auto"
+    # causal_lm / vlm scoring: a batch as one packed sequence without padding; auto: on where the attention has
+    # a variable-length kernel (flash attention), where SDPA's dense mask would cost the square of the pack
+    packing: Literal["auto", "on", "off"] = "auto"
     lora: LoraConfig = field(default_factory=LoraConfig)
     publish: Literal["auto", "full", "adapter"] = "auto"  # auto: adapter-only when LoRA freezes the base
     placement: Literal["runner", "server", "vllm"] = "runner"

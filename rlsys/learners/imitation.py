@@ -16,6 +16,7 @@ from rlsys.core.types import Observation, Step, Trajectory
 from rlsys.learners.losses import LossSum, clamp_probs, importance_weights, sequence_nll, token_nll
 from rlsys.learners.optim import ModuleOptimizer, train_steps
 from rlsys.learners.selection import imitable_steps
+from rlsys.learners.token_budget import split_by_tokens, token_budget
 
 
 @dataclass
@@ -61,6 +62,7 @@ class ActorUpdate:
         self.optimizer = ModuleOptimizer("actor", policy.parameters(), cfg.lr, cfg.grad_clip)
         self.rng = random.Random(seed)
         self._stats: list[tuple[float, int, int]] = []
+        self.token_budget = token_budget(cfg.max_tokens_per_micro_batch, policy)
 
     @property
     def trained_version(self) -> int:
@@ -102,12 +104,21 @@ class ActorUpdate:
         contributes no gradient."""
         self.policy.train()
         self._stats = []
-        metrics = train_steps(self.optimizer, items, self.loss_sum, steps, self.cfg, self.rng, select=choose)
+        split = self._chunks if self.token_budget and hasattr(self.policy, "sequence_lengths") else None
+        metrics = train_steps(
+            self.optimizer, items, self.loss_sum, steps, self.cfg, self.rng, select=choose, split=split
+        )
         if self._stats:
             metrics["actor/importance_weight"] = float(np.mean([m for m, _, _ in self._stats]))
             metrics["actor/importance_clipped"] = sum(c for _, c, _ in self._stats)
             metrics["actor/no_behaviour_logprob"] = sum(u for _, _, u in self._stats)
         return metrics
+
+    def _chunks(self, batch: list[ActorSample]) -> list[list[ActorSample]]:
+        """A shard cut to the token budget (token_budget.py)."""
+        observations, actions = [s.observation for s in batch], [s.action for s in batch]
+        lengths = self.policy.sequence_lengths(observations, actions, **sampled_ids(batch))
+        return split_by_tokens(batch, lengths, self.token_budget, packed=getattr(self.policy, "packing", False))
 
     def state_dict(self) -> dict:
         return {"optimizer": self.optimizer.state_dict(), "rng": self.rng.getstate()}

@@ -6,7 +6,7 @@ left behind; here a step zeroes, accumulates, clips and updates exactly one netw
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 import torch
 
@@ -20,32 +20,37 @@ class ModuleOptimizer:
         self.params = [p for p in params if p.requires_grad]
         if not self.params:
             raise ValueError(f"{name}: no trainable parameters")
-        self.optimizer = torch.optim.Adam(self.params, lr=lr)
+        # one fused kernel per step on GPUs (the default foreach path launches several per tensor group)
+        self.optimizer = torch.optim.Adam(self.params, lr=lr, fused=all(p.is_cuda for p in self.params) or None)
         self.max_norm = max_norm
         self.steps = 0
 
-    def step(self, micro_batch_losses: Iterable[Callable[[], LossSum | torch.Tensor]]) -> dict:
-        """Accumulate the mean of the micro-batch losses, clip this network's gradient norm, update. In a
-        learner group each micro-batch's sum is divided by its count over the whole group, and gradients
-        are summed across the group before clipping."""
-        losses = list(micro_batch_losses)
+    def step(self, parts: Iterable[Callable[[], LossSum | torch.Tensor]]) -> dict:
+        """One update over the step's whole batch: every part (a micro-batch, or a token-budget chunk of one)
+        is backpropagated as its sum, then the gradient is divided by the count over all parts and, in a
+        learner group, over all processes. Splitting a batch into parts changes no number: the step's loss is
+        the batch's sum over its count, the mean one batch of `batch_size` x `grad_accumulation` would give."""
         for p in self.params:
             p.grad = None
-        total = 0.0
-        for compute in losses:
+        total, count = 0.0, 0.0
+        for compute in parts:
             part = compute()
             if not isinstance(part, LossSum):  # a loss already averaged
                 part = LossSum(part, 1.0)
-            count = distributed.sum_over_group(part.count)
-            if part.total is not None and count > 0:
-                loss = part.total / count / len(losses)
-                loss.backward()
-                total += loss.item()
+            if part.total is not None and part.count > 0:
+                part.total.backward()
+                total += part.total.item()
+                count += part.count
+        count = distributed.sum_over_group(count)
         distributed.sum_gradients(self.params)
+        if count > 0:
+            for p in self.params:
+                if p.grad is not None:
+                    p.grad.div_(count)
         norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_norm)
         self.optimizer.step()
         self.steps += 1
-        return {"loss": distributed.sum_over_group(total), "grad_norm": float(norm)}
+        return {"loss": distributed.sum_over_group(total) / max(count, 1.0), "grad_norm": float(norm)}
 
     def state_dict(self) -> dict:
         return {"optimizer": self.optimizer.state_dict(), "steps": self.steps}
@@ -58,12 +63,13 @@ class ModuleOptimizer:
 def train_steps(
     optimizer: ModuleOptimizer,
     items: list,
-    loss_fn: Callable[[list], torch.Tensor],
+    loss_fn: Callable[[list], torch.Tensor | LossSum],
     steps: int,
     cfg,
     rng,
     after_step: Callable[[], None] | None = None,
     select: Callable[[list], list] | None = None,
+    split: Callable[[list], list[list]] | None = None,
 ) -> dict:
     """`steps` optimizer steps, each over `cfg.grad_accumulation` micro-batches of `cfg.batch_size` items drawn
     without replacement; `after_step` runs after each (e.g. a target network's Polyak update).
@@ -71,14 +77,15 @@ def train_steps(
     `loss_fn` returns a LossSum, or a tensor that is a mean over the items it was given. `select` turns a
     drawn micro-batch into what the loss sees (Digi-Q's Best-of-N); it runs on the whole micro-batch in
     every process of a learner group, so its random draws agree, and the loss then sees this process's
-    shard."""
+    shard. `split` cuts a shard into chunks that go through forward and backward one at a time (a token
+    budget), which bounds memory and changes no number (ModuleOptimizer.step)."""
     if steps < 1 or not items:
         return {f"{optimizer.name}/updates": 0}
     size = min(cfg.batch_size, len(items))
     losses, norms = [], []
     for _ in range(steps):
         micro = [rng.sample(items, size) for _ in range(cfg.grad_accumulation)]
-        out = optimizer.step(lambda b=b: _shard_loss(loss_fn, select(b) if select else b) for b in micro)
+        out = optimizer.step(_parts(micro, loss_fn, select, split))
         if after_step is not None:
             after_step()
         losses.append(out["loss"])
@@ -87,8 +94,15 @@ def train_steps(
     return {f"{name}/updates": steps, f"{name}/loss": sum(losses) / steps, f"{name}/grad_norm": sum(norms) / steps}
 
 
-def _shard_loss(loss_fn: Callable[[list], torch.Tensor | LossSum], batch: list) -> LossSum:
-    part = distributed.shard(batch)
+def _parts(micro: list[list], loss_fn, select, split) -> Iterator[Callable[[], LossSum]]:
+    """Each micro-batch's loss thunks, made as the step reaches them (so `select` draws in order)."""
+    for batch in micro:
+        shard = distributed.shard(select(batch) if select else batch)
+        for chunk in split(shard) if split and shard else [shard]:
+            yield lambda chunk=chunk: _loss_sum(loss_fn, chunk)
+
+
+def _loss_sum(loss_fn: Callable[[list], torch.Tensor | LossSum], part: list) -> LossSum:
     if not part:
         return LossSum(None, 0.0)
     out = loss_fn(part)

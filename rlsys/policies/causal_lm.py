@@ -37,6 +37,7 @@ from rlsys.policies.base import HFPolicy, torch_dtype
 from rlsys.policies.grammar_decoding import GrammarLogitsProcessor
 from rlsys.policies.lora_checkpoint import ADAPTER_DIR, BASE_DIR, is_peft, without_lora
 from rlsys.policies.lora_merge import merged_lora_for
+from rlsys.policies.packing import action_positions, apply_attention, packed_positions, right_aligned, use_packing
 from rlsys.policies.resolve import resolve, resolve_path
 from rlsys.policies.sampling import prompt_texts, samples_from, sampling_kwargs, scored_tokens
 from rlsys.policies.tiny_t5 import prompt_text
@@ -138,6 +139,7 @@ class CausalLMPolicy(HFPolicy):
         self.device = device
         self.tokenizer = tokenizer
         self.version = 0
+        apply_attention(model, cfg.attn_implementation, device)
         if cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if cfg.lora.enabled and not is_peft(model):
@@ -245,14 +247,40 @@ class CausalLMPolicy(HFPolicy):
         sampled = [list(ids) if ids is not None else text_ids(self.tokenizer, a) for a, ids in zip(actions, token_ids)]
         suffixes = [ids + [eos] for ids in sampled]
         rows = [self.prompt_ids(o) + s for o, s in zip(observations, suffixes)]
-        batch = {k: v.to(self.device) for k, v in left_padded(rows, self.tokenizer.pad_token_id).items()}
         width = max(len(s) for s in suffixes)
-        logits = self.model(**batch, logits_to_keep=width + 1).logits[:, :-1]
-        targets = batch["input_ids"][:, -width:]
-        lengths = torch.tensor([len(s) for s in suffixes], device=targets.device)
-        mask = torch.arange(width, device=targets.device).unsqueeze(0) >= (width - lengths).unsqueeze(1)
+        targets = right_aligned(suffixes, width).to(self.device)
+        lengths = torch.tensor([len(s) for s in suffixes], device=self.device)
+        mask = torch.arange(width, device=self.device).unsqueeze(0) >= (width - lengths).unsqueeze(1)
+        logits = self._packed_logits(rows, suffixes) if self.packing else self._padded_logits(rows, width)
         grammars = self.grammars(observations)
         return scored_tokens(logits, targets, mask, self.cfg.temperature, grammars, self.tokens), mask
+
+    def sequence_lengths(
+        self, observations: Sequence[Observation], actions: Sequence[str], token_ids=None
+    ) -> list[int]:
+        """Each row's tokens when scored (prompt, action, EOS): what a learner's token budget counts."""
+        token_ids = token_ids or [None] * len(actions)
+        return [len(self.prompt_ids(o)) + (len(i) if i is not None else len(text_ids(self.tokenizer, a))) + 1
+                for o, a, i in zip(observations, actions, token_ids)]  # fmt: skip
+
+    @property
+    def packing(self) -> bool:
+        return use_packing(self.cfg.packing, self.model)
+
+    def _padded_logits(self, rows: list[list[int]], width: int) -> torch.Tensor:
+        """Rows left-padded so every action ends at the last position: [B, width, V]."""
+        batch = {k: v.to(self.device) for k, v in left_padded(rows, self.tokenizer.pad_token_id).items()}
+        return self.model(**batch, logits_to_keep=width + 1).logits[:, :-1]
+
+    def _packed_logits(self, rows: list[list[int]], suffixes: list[list[int]]) -> torch.Tensor:
+        """All rows in one sequence without padding (packing.py), laid out as `_padded_logits`'."""
+        keep, layout = action_positions([len(r) for r in rows], [len(s) for s in suffixes])
+        input_ids = torch.tensor([sum(rows, [])], device=self.device)
+        positions = packed_positions([len(r) for r in rows]).to(self.device)
+        out = self.model(
+            input_ids=input_ids, position_ids=positions, use_cache=False, logits_to_keep=keep.to(self.device)
+        )
+        return out.logits[0][layout.to(self.device)]
 
 
 def lora_settings(cfg: PolicyConfig) -> dict:

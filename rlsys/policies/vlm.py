@@ -27,6 +27,7 @@ from rlsys.policies.grammar_decoding import (
 )
 from rlsys.policies.lora_checkpoint import ADAPTER_DIR, BASE_DIR, BaseSource, is_peft, without_lora, write_pointer
 from rlsys.policies.lora_merge import merged_lora_for
+from rlsys.policies.packing import action_positions, apply_attention, packed_positions, right_aligned, use_packing
 from rlsys.policies.presets import PRESETS
 from rlsys.policies.prompts import agent_prompt
 from rlsys.policies.resolve import resolve_path
@@ -61,6 +62,9 @@ def quantization_config(cfg: PolicyConfig, device: str):
     )
 
 
+ENCODINGS_KEPT = 64
+
+
 class VLMPolicy(HFPolicy):
     SAVED_AS = ("config.json", ADAPTER_DIR)  # a plain model, or a LoRA adapter with its base (or base.json)
 
@@ -73,6 +77,8 @@ class VLMPolicy(HFPolicy):
         self.tokenizer = inputs.tokenizer
         self.base = base  # where the frozen base came from; None when built from config
         self.version = 0
+        self._encodings: dict[int, tuple[Observation, dict]] = {}  # id -> (observation, inputs)
+        apply_attention(model, cfg.attn_implementation, device)
         if cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             model.enable_input_require_grads()
@@ -132,8 +138,20 @@ class VLMPolicy(HFPolicy):
     # -- acting
 
     def _encoded(self, observations: Sequence[Observation]) -> list[dict]:
-        prompts = [neutralize_special_tokens(agent_prompt(o, self.cfg.prompt), self.tokenizer) for o in observations]
-        return [self.inputs.encode(self.inputs.chat(p), o.screenshot_png) for p, o in zip(prompts, observations)]
+        """Each observation's model inputs. The last ENCODINGS_KEPT are kept: a learner's step reads a sample's
+        up to three times (its length for the token budget, the importance ratio, the loss), and processing a
+        448-pixel screenshot costs ~20 ms of CPU, as much as the step's GPU work at 1.5B."""
+        out = []
+        for o in observations:
+            kept = self._encodings.pop(id(o), None)
+            if kept is None:  # (an entry holds its observation, so no other object can have its id)
+                prompt = neutralize_special_tokens(agent_prompt(o, self.cfg.prompt), self.tokenizer)
+                kept = (o, self.inputs.encode(self.inputs.chat(prompt), o.screenshot_png))
+            self._encodings[id(o)] = kept  # the newest last
+            out.append(kept[1])
+        while len(self._encodings) > ENCODINGS_KEPT:
+            self._encodings.pop(next(iter(self._encodings)))
+        return out
 
     def _to_device(self, batch: dict) -> dict:
         dtype = torch_dtype(self.cfg, self.device)
@@ -176,21 +194,68 @@ class VLMPolicy(HFPolicy):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-token log-probs of each action (and its EOS) after its prompt, by teacher forcing,
         under the distribution `act` samples from (temperature, and the grammar when decoding is
-        constrained). Rows are left-padded so every action ends at the last position, and only
-        the action positions go through the output head."""
-        eos = self.tokenizer.eos_token_id
-        # an action that spells a special token (`<image>`) is that text, not the token
-        encode = lambda a: self.tokenizer(a, add_special_tokens=False, split_special_tokens=True).input_ids
-        suffixes = [encode(a) + [eos] for a in actions]
-        batch, _ = self.inputs.batch(self._encoded(observations), side="left", suffixes=suffixes)
-        batch = self._positions(self._to_device(batch))
+        constrained). Rows are left-padded so every action ends at the last position (or packed, packing.py),
+        and only the action positions go through the output head."""
+        suffixes = self._action_ids(actions)
+        encoded = self._encoded(observations)
         width = max(len(s) for s in suffixes)
-        logits = self.model(**batch, logits_to_keep=width + 1).logits[:, :-1]
-        targets = batch["input_ids"][:, -width:]
-        lengths = torch.tensor([len(s) for s in suffixes], device=targets.device)
-        mask = torch.arange(width, device=targets.device).unsqueeze(0) >= (width - lengths).unsqueeze(1)
+        targets = right_aligned(suffixes, width).to(self.device)
+        lengths = torch.tensor([len(s) for s in suffixes], device=self.device)
+        mask = torch.arange(width, device=self.device).unsqueeze(0) >= (width - lengths).unsqueeze(1)
+        if self.packing:
+            logits = self._packed_logits(encoded, suffixes)
+        else:
+            batch, _ = self.inputs.batch(encoded, side="left", suffixes=suffixes)
+            batch = self._positions(self._to_device(batch))
+            logits = self.model(**batch, logits_to_keep=width + 1).logits[:, :-1]
         grammars = self.grammars(observations)
         return scored_tokens(logits, targets, mask, self.cfg.temperature, grammars, self.tokens), mask
+
+    def sequence_lengths(self, observations: Sequence[Observation], actions: Sequence[str]) -> list[int]:
+        """Each row's tokens when scored (prompt with its image's tokens, action, EOS), for a token budget."""
+        encoded = self._encoded(observations)
+        return [e["input_ids"].shape[1] + len(s) for e, s in zip(encoded, self._action_ids(actions))]
+
+    @property
+    def packing(self) -> bool:
+        return use_packing(self.cfg.packing, self.model)
+
+    def _action_ids(self, actions: Sequence[str]) -> list[list[int]]:
+        # an action that spells a special token (`<image>`) is that text, not the token
+        encode = lambda a: self.tokenizer(a, add_special_tokens=False, split_special_tokens=True).input_ids
+        return [encode(a) + [self.tokenizer.eos_token_id] for a in actions]
+
+    def _packed_logits(self, encoded: list[dict], suffixes: list[list[int]]) -> torch.Tensor:
+        """All rows in one sequence without padding, laid out as the padded path's logits [B, width, V]. Models
+        with a 3-D rope index (Qwen2-VL) get each row's index computed alone, after the text positions that
+        tell transformers where rows restart."""
+        batch, lengths = self.inputs.packed(encoded, suffixes)
+        batch = self._to_device(batch)
+        text_positions = packed_positions(lengths).to(self.device)
+        if "mm_token_type_ids" in batch:
+            rope, start = [], 0
+            for i, n in enumerate(lengths):
+                rows = slice(start, start + n)
+                rope.append(self._rope_index(batch, i, rows))
+                start += n
+            positions = torch.cat([text_positions.unsqueeze(0), torch.cat(rope, dim=-1)], dim=0)
+        else:
+            positions = text_positions
+        keep, layout = action_positions(lengths, [len(s) for s in suffixes])
+        out = self.model(**batch, position_ids=positions, use_cache=False, logits_to_keep=keep.to(self.device))
+        return out.logits[0][layout.to(self.device)]
+
+    def _rope_index(self, batch: dict, row: int, tokens: slice) -> torch.Tensor:
+        """Qwen2-VL's [3, 1, n] rope positions of one packed row, as the model computes them for a row alone."""
+        model = self.model.get_base_model() if is_peft(self.model) else self.model
+        ids = batch["input_ids"][:, tokens]
+        positions, _ = model.model.get_rope_index(
+            ids,
+            batch["mm_token_type_ids"][:, tokens],
+            image_grid_thw=batch["image_grid_thw"][row : row + 1],
+            attention_mask=torch.ones_like(ids),
+        )
+        return positions
 
 
 def _with_lora(model, cfg: PolicyConfig):

@@ -103,3 +103,21 @@ class VisionTextInputs:
             out["attention_mask"].append(torch.cat([zeros, ones] if side == "left" else [ones, zeros]))
         batch = {k: torch.stack(v) if k in per_token or k == "attention_mask" else torch.cat(v) for k, v in out.items()}
         return batch, [s["input_ids"].shape[1] for s in samples]
+
+    def packed(
+        self, samples: list[dict[str, torch.Tensor]], suffixes: list[list[int]]
+    ) -> tuple[dict[str, torch.Tensor], list[int]]:
+        """Encoded samples, each followed by its suffix token ids, as one row without padding or attention
+        mask (the caller gives position ids that restart at each sample). Returns it and each sample's length."""
+        per_token = [k for k, v in samples[0].items() if v.dim() == 2 and v.shape[:2] == samples[0]["input_ids"].shape]
+        out: dict[str, list] = {k: [] for k in samples[0] if k != "attention_mask"}
+        for sample, suffix in zip(samples, suffixes):
+            for key in out:
+                value = sample[key]
+                if key in per_token:
+                    tail = torch.tensor(suffix) if key == "input_ids" else torch.zeros(len(suffix))
+                    out[key].append(torch.cat([value[0], tail.to(value.dtype)]))
+                else:
+                    out[key].append(value)
+        batch = {k: torch.cat(v).unsqueeze(0) if k in per_token else torch.cat(v) for k, v in out.items()}
+        return batch, [s["input_ids"].shape[1] + len(x) for s, x in zip(samples, suffixes)]

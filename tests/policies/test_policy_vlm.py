@@ -227,3 +227,23 @@ def test_special_token_text_on_a_page_or_in_an_action_stays_text(arch):
     assert torch.isfinite(forced).all()
     special = {policy.tokenizer.convert_tokens_to_ids(t) for t in ("<image>", "<|image_pad|>", "</s>")}
     assert not special & {i for i, text in enumerate(policy.tokens.texts) if text}  # never typed as text
+
+
+def test_an_observation_is_encoded_once_while_it_is_among_the_last_kept(monkeypatch):
+    from rlsys.policies import vlm
+
+    policy = build_policy(config("qwen2_vl"), seed=0)
+    encode, calls = policy.inputs.encode, []
+    monkeypatch.setattr(policy.inputs, "encode", lambda *a: calls.append(1) or encode(*a))
+    monkeypatch.setattr(vlm, "ENCODINGS_KEPT", 3)
+    batch = mixed_batch()
+    first = policy._encoded(batch)
+    assert policy._encoded(batch) == first and len(calls) == 3  # the same inputs, not encoded again
+    policy.sequence_lengths(batch, ["click [0]"] * 3)
+    policy.token_logprobs(batch, ["click [0]"] * 3)
+    assert len(calls) == 3
+    policy._encoded([observation(3)])  # a fourth pushes out the oldest
+    policy._encoded(batch[1:])
+    assert len(calls) == 4
+    policy._encoded(batch[:1])
+    assert len(calls) == 5

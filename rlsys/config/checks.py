@@ -16,6 +16,8 @@ from rlsys.config.policy import PolicyConfig
 from rlsys.config.run_dir import check_run_name
 from rlsys.config.schema import Config
 
+SHARDABLE_POLICIES = ("causal_lm",)  # the policy kinds learner.sharding: fsdp2 is tested with
+
 
 def check_consistency(cfg: Config) -> None:
     """Rules that span sections, and the numbers no run can use."""
@@ -156,6 +158,11 @@ def check_training(cfg: Config) -> None:
         raise ConfigError(
             f"learner.num_learners ({learner.num_learners}) exceeds learner.batch_size ({learner.batch_size}): "
             "some learners would train on nothing"
+        )
+    if learner.sharding == "fsdp2" and cfg.policy.kind not in SHARDABLE_POLICIES:
+        raise ConfigError(
+            f"learner.sharding = 'fsdp2' shards a {' or '.join(SHARDABLE_POLICIES)} policy's model; "
+            f"policy.kind is {cfg.policy.kind!r} (set learner.sharding: none)"
         )
 
 

@@ -125,5 +125,9 @@ class LearnerConfig:
     device: Literal["auto", "cpu", "cuda"] = "auto"
     num_cpus: float = 1.0
     num_learners: int = 1  # a data-parallel group: one process (and one GPU, when there are GPUs) each
+    # how a group of learners holds the policy's model: none, a whole copy on every rank (gradients summed over the
+    # group); fsdp2, torch's fully_shard, each rank holding 1/N of the weights, gradients and optimizer states
+    # (causal_lm policies; a model whose training state does not fit one GPU). No effect on a single learner.
+    sharding: Literal["none", "fsdp2"] = "none"
     resource: str | None = None  # a custom Ray resource each learner asks one unit of (clusters/: "learner")
     group_timeout_s: float = 600.0  # how long a collective waits for the group's other processes

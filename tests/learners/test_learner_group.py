@@ -9,7 +9,7 @@ from PIL import Image
 from safetensors.torch import load as load_safetensors
 
 from rlsys.actors.replay import ReplayBufferActor
-from rlsys.actors.weight_store import WeightStore
+from rlsys.actors.weight_store import WeightStore, pull_if_newer
 from rlsys.config import ConfigError
 from rlsys.core.types import Observation, Step, Task, Trajectory
 from rlsys.learners.runtime.group import LearnerFailed, LearnerGroup
@@ -41,7 +41,8 @@ def dataset() -> list[Trajectory]:
     return out
 
 
-def train(tmp_path, learners: int, iterations: int):
+def train(tmp_path, learners: int, iterations: int, weights_from: str = "checkpoint", **overrides):
+    """Metrics, each rank's description, the weights (the checkpoint's, or the last published), the version."""
     cfg = make_config(
         tmp_path,
         learner__num_learners=learners,
@@ -50,6 +51,7 @@ def train(tmp_path, learners: int, iterations: int):
         learner__updates_per_iteration=3,
         learner__lr=3e-3,
         learner__filter="quantile",
+        **overrides,
     )
     buffer = ReplayBufferActor.options(num_cpus=0).remote(1000, 1 << 30, 0)
     ray.get(buffer.add.remote(dataset()))
@@ -58,7 +60,10 @@ def train(tmp_path, learners: int, iterations: int):
     try:
         metrics = [group.update(None) for _ in range(iterations)]
         described = ray.get([a.describe.remote() for a in group.actors])
-        weights = load_safetensors(group.save()["policy/model.safetensors"])
+        if weights_from == "checkpoint":
+            weights = load_safetensors(group.save()["policy/model.safetensors"])
+        else:
+            weights = pull_if_newer(store, -1)[1]
         published = ray.get(store.get_version.remote())
     finally:
         group.kill()
@@ -92,11 +97,65 @@ def test_two_learners_over_gloo_match_one_learner_on_the_whole_batch(ray_session
             assert m2[key] == pytest.approx(m1[key], rel=1e-4), key
 
 
+CAUSAL_LM = {"policy__kind": "causal_lm", "policy__d_model": 64, "policy__d_ff": 128, "policy__num_layers": 2}
+
+
+def test_a_sharded_group_over_gloo_matches_one_learner_and_publishes_whole_weights(ray_session, tmp_path):
+    """learner.sharding: fsdp2 (FSDP2 over gloo on the CPU): the same steps as one learner with the whole model;
+    rank 0 publishes the whole weights, gathered from both ranks (checkpoints: the test below)."""
+    one, _, w_one, _ = train(tmp_path / "one", 1, 2, "store", **CAUSAL_LM)
+    two, ranks, w_two, published = train(tmp_path / "two", 2, 2, "store", learner__sharding="fsdp2", **CAUSAL_LM)
+    w_start = train(tmp_path / "zero", 1, 0, **CAUSAL_LM)[2]  # a checkpoint: the tied output head left out
+
+    assert [(r["rank"], r["sharded"]) for r in ranks] == [(0, True), (1, True)]
+    assert published == 2 and [r["version"] for r in ranks] == [2, 2]
+    assert ranks[0]["weights_sha256"] != ranks[1]["weights_sha256"]  # each rank holds its own rows
+    assert distance(w_one, w_two) < 1e-3 * distance(w_start, {k: w_one[k] for k in w_start})
+    for m1, m2 in zip(one, two):
+        for key in [k for k in m1 if k.endswith(("/loss", "/grad_norm"))]:
+            assert m2[key] == pytest.approx(m1[key], rel=1e-4), key
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="ModuleOptimizer.state_dict / load_state_dict must go through sharding.optimizer_state / "
+    "load_optimizer_state (rlsys/learners/optim.py): until then a sharded checkpoint is refused",
+)
+def test_a_sharded_group_resumes_from_its_checkpoint(ray_session, tmp_path):
+    """A sharded group's checkpoint (whole weights and whole optimizer states, gathered on rank 0) loaded into a new
+    sharded group: its next update is the one the first group takes."""
+    cfg = make_config(tmp_path, learner__num_learners=2, learner__sharding="fsdp2", learner__batch_size=7,
+                      learner__updates_per_iteration=2, learner__lr=3e-3, **CAUSAL_LM)  # fmt: skip
+    buffer = ReplayBufferActor.options(num_cpus=0).remote(1000, 1 << 30, 0)
+    ray.get(buffer.add.remote(dataset()))
+    weights, files = [], None
+    try:
+        for resumed in (False, True):  # the sample is every stored trajectory, in order, both times
+            store = ray.remote(WeightStore).options(num_cpus=0).remote()
+            group = LearnerGroup(cfg, buffer, store)
+            try:
+                if resumed:
+                    group.load(files)
+                else:
+                    group.update(None)
+                    files = group.save()
+                group.update(None)
+                weights.append(load_safetensors(group.save()["policy/model.safetensors"]))
+            finally:
+                group.kill()
+                ray.kill(store)
+    finally:
+        ray.kill(buffer)
+    assert distance(*weights) == 0
+
+
 def test_group_sizes_are_checked(tmp_path):
     with pytest.raises(ConfigError, match="learner.num_learners must be at least 1"):
         make_config(tmp_path, learner__num_learners=0)
     with pytest.raises(ConfigError, match=r"learner.num_learners \(9\) exceeds learner.batch_size \(8\)"):
         make_config(tmp_path, learner__num_learners=9)
+    with pytest.raises(ConfigError, match="learner.sharding = 'fsdp2' shards a causal_lm policy's model"):
+        make_config(tmp_path, learner__num_learners=2, learner__sharding="fsdp2", policy__kind="tiny_t5")
 
 
 def test_a_dead_learner_is_named(ray_session, tmp_path):

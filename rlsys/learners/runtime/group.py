@@ -1,6 +1,7 @@
 """The learners as the driver sees them: N Learner actors, `learner-0` … `learner-{N-1}`, training one
 model with data parallelism. Each iteration's sample is drawn once from the replay buffer and handed to
-every rank; rank 0 publishes weights and writes checkpoints. A learner that dies or stops answering
+every rank; rank 0 publishes weights and writes checkpoints (with `learner.sharding: fsdp2` every rank takes part, as
+the whole weights are gathered from all of them). A learner that dies or stops answering
 ends the call with LearnerFailed, naming which one, where, and the error's text (the exception it raised, in
 its constructor too, or what Ray says killed it)."""
 
@@ -30,6 +31,7 @@ class LearnerGroup:
         self.buffer = buffer
         lc = cfg.learner
         self.size = lc.num_learners
+        self.sharded = lc.sharding == "fsdp2" and self.size > 1
         gpus = _gpus_per_learner(cfg)
         options = {"num_cpus": 1 if gpus else lc.num_cpus, "num_gpus": gpus}
         if lc.resource:
@@ -94,10 +96,14 @@ class LearnerGroup:
         return self.get(self.start_update(min_version, offline_iteration), "an update", 3600)[0]
 
     def publish(self) -> int:
-        return self.get([self.actors[0].publish.remote()], "publishing weights", 600)[0]
+        return self.get(self._on_rank0("publish"), "publishing weights", 600)[0]
 
     def save(self, at: str | None = None) -> dict[str, bytes]:
-        return self.get([self.actors[0].save.remote(at)], "saving a checkpoint", 600)[0]
+        return self.get(self._on_rank0("save", at), "saving a checkpoint", 600)[0]
+
+    def _on_rank0(self, method: str, *args) -> list[ray.ObjectRef]:
+        """Rank 0's job, which every rank of a sharded group joins (rank 0's answer comes first)."""
+        return self.call(method, *args) if self.sharded else [getattr(self.actors[0], method).remote(*args)]
 
     def load(self, files: dict[str, bytes], at: str | None = None) -> int:
         ref = ray.put(files)  # one copy in the object store, however many ranks read it

@@ -14,11 +14,12 @@ from pathlib import Path
 
 import ray
 import torch
+from torch.distributed.tensor import DTensor
 
 from rlsys.config import Config
 from rlsys.core.types import Trajectory
 from rlsys.data import checkpoint
-from rlsys.learners import distributed
+from rlsys.learners import distributed, sharding
 from rlsys.learners.registry import build_algorithm
 from rlsys.learners.runtime import rendezvous
 from rlsys.learners.runtime.history import BufferActorHistory
@@ -31,7 +32,10 @@ from rlsys.policies.weights import pack_state_dict
 
 class Learner:
     """One process of a learner group (`rank` of `world_size`; a single learner is rank 0 of 1). Every rank
-    builds the same model from the same seed and trains on its shard of each batch; rank 0 publishes."""
+    builds the same model from the same seed and trains on its shard of each batch; rank 0 publishes. With
+    `learner.sharding: fsdp2` the policy's model is sharded over the group when the group forms (the algorithm,
+    whose optimizers hold the parameters, is built after that), and every rank takes part in publishing and
+    saving, which gather the whole weights to rank 0."""
 
     def __init__(self, cfg: Config, buffer, weight_store, rank: int = 0, world_size: int = 1):
         self.cfg = cfg
@@ -41,7 +45,9 @@ class Learner:
         self.device = pick_device(cfg.learner.device)
         torch.manual_seed(cfg.run.seed)
         self.policy = build_policy(cfg.policy, seed=cfg.run.seed, device=self.device)
-        self.algorithm = build_algorithm(cfg, self.policy, self.device)
+        self.sharded = cfg.learner.sharding == "fsdp2" and world_size > 1
+        self._rng_after_policy = torch.get_rng_state()  # where a single learner builds its algorithm from
+        self.algorithm = None if self.sharded else build_algorithm(cfg, self.policy, self.device)
         self.version = 0
         self.policy.version = self.version
         self._store = None  # rank 0's rendezvous store, kept open while the group lives
@@ -60,13 +66,17 @@ class Learner:
             "node_id": ray.get_runtime_context().get_node_id(),
             "pid": os.getpid(),
             "version": self.version,
+            "sharded": self.sharded,
             "weights_sha256": self.weights_digest(),
         }
 
     def weights_digest(self) -> str:
-        """A hash of every parameter's bytes: the ranks of a group must agree on it."""
+        """A hash of every parameter's bytes: the ranks of a replicated group must agree on it. A sharded rank
+        hashes the rows it holds (no collective, so one rank may be asked alone)."""
         digest = hashlib.sha256()
-        for name, tensor in sorted(self.policy.state_dict().items()):
+        state = self.policy.model.state_dict() if self.sharded else self.policy.state_dict()
+        for name, tensor in sorted(state.items()):
+            tensor = tensor.to_local() if isinstance(tensor, DTensor) else tensor
             digest.update(name.encode())
             digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
         return digest.hexdigest()
@@ -80,12 +90,18 @@ class Learner:
         backend = "nccl" if self.device.startswith("cuda") else "gloo"
         timeout_s = self.cfg.learner.group_timeout_s
         rendezvous.join(self._store, address, port, self.rank, self.world_size, backend, timeout_s)
+        if self.sharded:
+            sharding.shard_model(self.policy.model, "cuda" if backend == "nccl" else "cpu")
+            torch.set_rng_state(self._rng_after_policy)
+            self.algorithm = build_algorithm(self.cfg, self.policy, self.device)
         return self.rank
 
     def publish(self) -> int:
-        if self.rank != 0:
-            return self.version
-        packed = pack_state_dict(self.policy.state_dict())  # travels zero-copy (rlsys.policies.weights)
+        """Rank 0 publishes; in a sharded group every rank must call this (the whole weights are gathered)."""
+        with sharding.whole_on_rank0(self.policy.model) as here:
+            if self.rank != 0 or not here:
+                return self.version
+            packed = pack_state_dict(self.policy.state_dict())  # travels zero-copy (rlsys.policies.weights)
         ray.get(self.weight_store.publish.remote(self.version, packed), timeout=120)
         return self.version
 
@@ -129,17 +145,25 @@ class Learner:
     # -- checkpoints
 
     def save(self, at: str | None = None) -> dict[str, bytes]:
-        """Rank 0's job: Hugging Face writes weights from the main process of a group only. `at`: the policy
+        """Rank 0's job: Hugging Face writes weights from the main process of a group only (a sharded group's
+        other ranks take part in gathering them and the optimizer states, and return nothing). `at`: the policy
         folder of the checkpoint the files go to, which a LoRA base's path relative to the run is taken from."""
         with tempfile.TemporaryDirectory() as tmp:
             folder = Path(tmp) / "policy"
-            self.policy.save_pretrained(folder)
-            if at:
-                base_pointer_for(folder, Path(at))
-            files = checkpoint.read_files(folder, "policy")
+            with sharding.whole_on_rank0(self.policy.model) as here:
+                if here:
+                    self.policy.save_pretrained(folder)
+            if self.rank == 0:
+                if at:
+                    base_pointer_for(folder, Path(at))
+                files = checkpoint.read_files(folder, "policy")
+        algorithm_state = self.algorithm.state_dict()  # collective where optimizer states are sharded
+        sharding.check_gathered(algorithm_state, "the algorithm's state")
+        if self.rank != 0:
+            return {}
         state = {
             "version": self.version,
-            "algorithm": self.algorithm.state_dict(),
+            "algorithm": algorithm_state,
             "torch_rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
         }
@@ -156,7 +180,10 @@ class Learner:
             if at:
                 base_pointer_from(Path(tmp) / "policy", Path(at))
             loaded = build_policy(replace(self.cfg.policy, path=str(Path(tmp) / "policy")), device=self.device)
-        self.policy.load_state_dict(loaded.state_dict())
+        if self.sharded:  # every rank read the whole model: each keeps its rows
+            sharding.load_full_state_dict(self.policy.model, loaded.model.state_dict())
+        else:
+            self.policy.load_state_dict(loaded.state_dict())
         state = torch.load(io.BytesIO(files["learner.pt"]), weights_only=True)
         self.algorithm.load_state_dict(state["algorithm"])
         torch.set_rng_state(state["torch_rng"])

@@ -157,14 +157,12 @@ class EnginePolicy:
         grammars = [o.extras.get("grammar") if self.cfg.constrained else None for o in observations]
         regexes = [grammar_regex_or_none(g) for g in grammars]
         results = ray.get(self.engine.generate.remote(prompts, regexes, greedy, images), timeout=self.timeout_s)
-        # VLMPolicy scores an action's text tokenized again, not sampled ids: it is given none
-        keep_ids = self.vision is None
         samples = [
             ActionSample(
                 r["text"],
                 r["logprob"],
                 r["version"],
-                r["token_ids"] if keep_ids else None,
+                r["token_ids"],
                 prompt=prompt_text(self.tokenizer, ids),
             )
             for r, ids in zip(results, prompts)

@@ -190,13 +190,17 @@ class VLMPolicy(HFPolicy):
     # -- learning
 
     def token_logprobs(
-        self, observations: Sequence[Observation], actions: Sequence[str]
+        self,
+        observations: Sequence[Observation],
+        actions: Sequence[str],
+        token_ids: Sequence[list[int] | None] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-token log-probs of each action (and its EOS) after its prompt, by teacher forcing,
         under the distribution `act` samples from (temperature, and the grammar when decoding is
         constrained). Rows are left-padded so every action ends at the last position (or packed, packing.py),
-        and only the action positions go through the output head."""
-        suffixes = self._action_ids(actions)
+        and only the action positions go through the output head. `token_ids`: per row, the ids the action was
+        sampled as (an engine's; None: tokenize its text), which a tokenizer with merges may spell otherwise."""
+        suffixes = self._action_ids(actions, token_ids)
         encoded = self._encoded(observations)
         width = max(len(s) for s in suffixes)
         targets = right_aligned(suffixes, width).to(self.device)
@@ -211,19 +215,23 @@ class VLMPolicy(HFPolicy):
         grammars = self.grammars(observations)
         return scored_tokens(logits, targets, mask, self.cfg.temperature, grammars, self.tokens), mask
 
-    def sequence_lengths(self, observations: Sequence[Observation], actions: Sequence[str]) -> list[int]:
+    def sequence_lengths(
+        self, observations: Sequence[Observation], actions: Sequence[str], token_ids=None
+    ) -> list[int]:
         """Each row's tokens when scored (prompt with its image's tokens, action, EOS), for a token budget."""
         encoded = self._encoded(observations)
-        return [e["input_ids"].shape[1] + len(s) for e, s in zip(encoded, self._action_ids(actions))]
+        return [e["input_ids"].shape[1] + len(s) for e, s in zip(encoded, self._action_ids(actions, token_ids))]
 
     @property
     def packing(self) -> bool:
         return use_packing(self.cfg.packing, self.model)
 
-    def _action_ids(self, actions: Sequence[str]) -> list[list[int]]:
+    def _action_ids(self, actions: Sequence[str], token_ids=None) -> list[list[int]]:
         # an action that spells a special token (`<image>`) is that text, not the token
         encode = lambda a: self.tokenizer(a, add_special_tokens=False, split_special_tokens=True).input_ids
-        return [encode(a) + [self.tokenizer.eos_token_id] for a in actions]
+        token_ids = token_ids or [None] * len(actions)
+        return [(list(i) if i is not None else encode(a)) + [self.tokenizer.eos_token_id]
+                for a, i in zip(actions, token_ids)]  # fmt: skip
 
     def _packed_logits(self, encoded: list[dict], suffixes: list[list[int]]) -> torch.Tensor:
         """All rows in one sequence without padding, laid out as the padded path's logits [B, width, V]. Models

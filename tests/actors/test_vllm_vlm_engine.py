@@ -126,10 +126,10 @@ def test_a_new_adapter_is_served_from_the_next_request(engine):
     obs = observations()[:6]
     samples = EnginePolicy(engine, cfg.policy).act(obs)
     assert {s.version for s in samples} == {5}
-    assert all(s.token_ids is None for s in samples)  # the VLM learner scores the text
+    assert all(s.token_ids for s in samples)  # the learner scores the ids the engine sampled
     assert all(s.prompt.startswith("USER: <|vision_start|><|image_pad|>") for s in samples)
     with torch.no_grad():
-        logp, _ = learner.token_logprobs(obs, [s.text for s in samples])
+        logp, _ = learner.token_logprobs(obs, [s.text for s in samples], token_ids=[s.token_ids for s in samples])
     assert (logp.sum(-1) - torch.tensor([s.logprob for s in samples])).abs().max() < TOLERANCE
     assert ray.get(engine.stats.remote())["vllm/weight_syncs"] == 2
 

@@ -247,3 +247,19 @@ def test_an_observation_is_encoded_once_while_it_is_among_the_last_kept(monkeypa
     assert len(calls) == 4
     policy._encoded(batch[:1])
     assert len(calls) == 5
+
+
+def test_token_logprobs_score_the_sampled_ids_when_given():
+    """An engine's sampled ids are what is scored, not the text tokenized again (which a tokenizer with merges
+    may spell otherwise): ids of another action give that action's log-prob."""
+    policy = build_policy(config("qwen2_vl"), seed=0)
+    obs = mixed_batch()[:2]
+    other = [policy.tokenizer("click [3]", add_special_tokens=False).input_ids] * 2
+    with torch.no_grad():
+        as_ids, _ = policy.token_logprobs(obs, ["click [1]"] * 2, token_ids=other)
+        as_text, _ = policy.token_logprobs(obs, ["click [3]"] * 2)
+        own, _ = policy.token_logprobs(obs, ["click [1]"] * 2, token_ids=[None, None])
+        plain, _ = policy.token_logprobs(obs, ["click [1]"] * 2)
+    torch.testing.assert_close(as_ids, as_text)
+    torch.testing.assert_close(own, plain)
+    assert not torch.allclose(as_ids.sum(-1), plain.sum(-1))

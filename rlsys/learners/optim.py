@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 import torch
 
-from rlsys.learners import distributed
+from rlsys.learners import distributed, sharding
 from rlsys.learners.losses import LossSum
 
 
@@ -37,7 +37,7 @@ class ModuleOptimizer:
             part = compute()
             if not isinstance(part, LossSum):  # a loss already averaged
                 part = LossSum(part, 1.0)
-            if part.total is not None and part.count > 0:
+            if part.total is not None:  # a pass that adds nothing (count 0) still runs: sharded passes are collective
                 part.total.backward()
                 total += part.total.item()
                 count += part.count
@@ -53,10 +53,10 @@ class ModuleOptimizer:
         return {"loss": distributed.sum_over_group(total) / max(count, 1.0), "grad_norm": float(norm)}
 
     def state_dict(self) -> dict:
-        return {"optimizer": self.optimizer.state_dict(), "steps": self.steps}
+        return {"optimizer": sharding.optimizer_state(self.optimizer), "steps": self.steps}
 
     def load_state_dict(self, state: dict) -> None:
-        self.optimizer.load_state_dict(state["optimizer"])
+        sharding.load_optimizer_state(self.optimizer, state["optimizer"])
         self.steps = state["steps"]
 
 
@@ -85,7 +85,7 @@ def train_steps(
     losses, norms = [], []
     for _ in range(steps):
         micro = [rng.sample(items, size) for _ in range(cfg.grad_accumulation)]
-        out = optimizer.step(_parts(micro, loss_fn, select, split))
+        out = optimizer.step(_parts(micro, loss_fn, select, split, optimizer.params))
         if after_step is not None:
             after_step()
         losses.append(out["loss"])
@@ -94,12 +94,23 @@ def train_steps(
     return {f"{name}/updates": steps, f"{name}/loss": sum(losses) / steps, f"{name}/grad_norm": sum(norms) / steps}
 
 
-def _parts(micro: list[list], loss_fn, select, split) -> Iterator[Callable[[], LossSum]]:
-    """Each micro-batch's loss thunks, made as the step reaches them (so `select` draws in order)."""
+def _parts(micro: list[list], loss_fn, select, split, params) -> Iterator[Callable[[], LossSum]]:
+    """Each micro-batch's loss thunks, made as the step reaches them (so `select` draws in order). Where `params`
+    are sharded, a process with fewer chunks than another (or none) adds passes that change nothing."""
     for batch in micro:
-        shard = distributed.shard(select(batch) if select else batch)
-        for chunk in split(shard) if split and shard else [shard]:
+        chosen = select(batch) if select else batch
+        shard = distributed.shard(chosen)
+        chunks = (split(shard) if split else [shard]) if shard else []
+        passes = distributed.agreed_passes(len(chunks), params)  # before any pass: it is a collective too
+        for chunk in chunks:
             yield lambda chunk=chunk: _loss_sum(loss_fn, chunk)
+        for _ in range(passes - len(chunks)):
+            yield lambda stand_in=chosen[:1]: _nothing(_loss_sum(loss_fn, stand_in))
+
+
+def _nothing(part: LossSum) -> LossSum:
+    """A pass that gathers and reduces what the group's other passes do and adds nothing: its loss times zero."""
+    return LossSum(part.total * 0.0, 0.0)
 
 
 def _loss_sum(loss_fn: Callable[[list], torch.Tensor | LossSum], part: list) -> LossSum:

@@ -116,11 +116,6 @@ def test_a_sharded_group_over_gloo_matches_one_learner_and_publishes_whole_weigh
             assert m2[key] == pytest.approx(m1[key], rel=1e-4), key
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ModuleOptimizer.state_dict / load_state_dict must go through sharding.optimizer_state / "
-    "load_optimizer_state (rlsys/learners/optim.py): until then a sharded checkpoint is refused",
-)
 def test_a_sharded_group_resumes_from_its_checkpoint(ray_session, tmp_path):
     """A sharded group's checkpoint (whole weights and whole optimizer states, gathered on rank 0) loaded into a new
     sharded group: its next update is the one the first group takes."""

@@ -117,11 +117,6 @@ def test_fsdp2_over_gloo_matches_one_process_on_the_whole_batch(tmp_path, policy
             torch.testing.assert_close(two["optimizer"]["state"][index][name], value, rtol=1e-3, atol=1e-6)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="train_steps must run, on a rank with fewer chunks (here an empty shard), the passes that add nothing "
-    "(distributed.agreed_passes; rlsys/learners/optim.py)",
-)
 def test_a_micro_batch_smaller_than_the_group_trains_as_one_process(tmp_path):
     """One sample, two ranks: rank 1's shard is empty, yet it must run rank 0's forward and backward passes."""
     start = sharding.full_state_dict(build_policy(POLICY, seed=0).model)

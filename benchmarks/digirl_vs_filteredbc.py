@@ -67,13 +67,13 @@ DIGIRL_SIZES = [  # critics small enough for 2 CPU cores; the published step cou
 RESULTS = Path(__file__).parent / "results"
 
 
-def train(run_dir: Path, overrides: list[str]) -> list[dict]:
-    """One run; a run that finished under the same overrides is read back instead of repeated."""
+def train(run_dir: Path, overrides: list[str], config: str = "configs/quickstart.yaml") -> list[dict]:
+    """One run from `config`; a run that finished under the same overrides is read back instead of repeated."""
     done = run_dir / "benchmark-overrides.json"
     if done.exists() and json.loads(done.read_text()) == overrides:
         return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     shutil.rmtree(run_dir, ignore_errors=True)
-    args = [sys.executable, "-m", "rlsys.cli.train", "--config", "configs/quickstart.yaml", f"run.output_dir={run_dir}"]
+    args = [sys.executable, "-m", "rlsys.cli.train", "--config", config, f"run.output_dir={run_dir}"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
     started = time.perf_counter()
     subprocess.run(args + overrides, check=True, stdout=subprocess.DEVNULL, env=env)

@@ -1,0 +1,143 @@
+"""Every algorithm on the synthetic suite's settings at equal env steps, over seeds: the runs that test the
+predictions written before them in docs/algorithms/predictions.md (settings S1-S4, arms FBC-s, FBC-q, D, D-c,
+D-lam1 and the sanity arm S). This script is the protocol; it changes no setting or arm after seeing results
+(a new setting is added under a new name, as the predictions page says).
+
+    python benchmarks/synthweb_bench.py --settings S1 --seeds 0 1 2 3 4 5 6 7 8 9
+    python benchmarks/synthweb_bench.py --settings S4 --dataset data/synthweb-s4   # benchmarks/synthweb_dataset.py
+
+Each run is `rlsys-train` with the setting's and the arm's overrides: online settings train to `--env-steps`
+training env steps (`run.max_env_steps`), the offline one for the same number of gradient steps in every arm, and
+all are evaluated greedily on `--eval-episodes` held-out tasks of the same mix. Per arm: success at each
+evaluation point (mean and 95% t-interval over seeds), success by depth at the end, steps and wasted steps per
+solved episode at the end (steps beyond the task's depth, from the last evaluation's episodes), and for DigiRL's
+arms the critics' validation losses, p_instr per task and what the curriculum kept, per iteration. A run that
+finished under the same overrides is read back instead of repeated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+
+import numpy as np
+from digirl_vs_filteredbc import RESULTS, interval, plot, summarize, train
+
+from rlsys.data.shards import read_trajectories
+
+BASE = str(Path(__file__).with_name("synthweb_bench.yaml"))  # the suite, held-out evaluation, element actions
+S3 = ["tasks.synthweb.min_depth=2", "tasks.synthweb.max_depth=4", "tasks.synthweb.min_distractors=2",
+      "tasks.synthweb.max_distractors=6", "env.synthweb.wrong_link=stay", "tasks.synthweb.impossible=0.0",
+      "env.max_steps=10"]  # fmt: skip
+# the settings of docs/algorithms/predictions.md, as written there
+SETTINGS = {
+    "S1": ["env.synthweb.wrong_link=detour", "env.synthweb.detour_links=1", "tasks.synthweb.min_depth=3",
+           "tasks.synthweb.max_depth=6", "tasks.synthweb.min_distractors=2", "tasks.synthweb.max_distractors=6",
+           "tasks.synthweb.confusable=0.5", "tasks.synthweb.impossible=0.0", "env.max_steps=20"],
+    "S1-control": ["env.synthweb.wrong_link=end", "tasks.synthweb.min_depth=3", "tasks.synthweb.max_depth=6",
+                   "tasks.synthweb.min_distractors=2", "tasks.synthweb.max_distractors=6",
+                   "tasks.synthweb.confusable=0.5", "tasks.synthweb.impossible=0.0", "env.max_steps=20"],
+    "S2": ["env.synthweb.wrong_link=stay", "tasks.synthweb.min_depth=1", "tasks.synthweb.max_depth=6",
+           "tasks.synthweb.min_distractors=2", "tasks.synthweb.max_distractors=6", "tasks.synthweb.confusable=0.5",
+           "tasks.synthweb.impossible=0.2", "env.max_steps=12"],
+    "S3-slips": [*S3, "env.synthweb.slip_prob=0.15"],
+    "S3-noise": [*S3, "env.synthweb.reward_noise=0.3"],
+    "S3-both": [*S3, "env.synthweb.slip_prob=0.15", "env.synthweb.reward_noise=0.3"],
+    "S4": ["env.synthweb.wrong_link=detour", "tasks.synthweb.min_depth=8", "tasks.synthweb.max_depth=15",
+           "tasks.synthweb.min_distractors=1", "tasks.synthweb.max_distractors=4", "tasks.synthweb.impossible=0.1",
+           "env.max_steps=30"],
+}  # fmt: skip
+OFFLINE = {"S4"}
+ARMS = {
+    "FBC-s": ["learner.algorithm=filtered_bc", "learner.filter=success"],
+    "FBC-q": ["learner.algorithm=filtered_bc", "learner.filter=quantile", "learner.quantile=0.9"],
+    "D": ["learner.algorithm=digirl"],
+    "D-c": ["learner.algorithm=digirl", "learner.digirl.curriculum_quantile=0.0"],
+    "D-lam1": ["learner.algorithm=digirl", "learner.digirl.lam=1.0"],
+    "S": ["learner.algorithm=digirl", "learner.digirl.curriculum_quantile=0.0", "learner.digirl.lam=1.0",
+          "learner.digirl.actor_reduction=token_mean"],
+}  # fmt: skip
+DIGIRL_SIZES = ["learner.digirl.text_hidden=32", "learner.digirl.image_feature_dim=32"]
+# filtered BC takes as many actor steps an iteration as DigiRL's actor (learner.digirl.actor_steps)
+FBC_STEPS = "learner.updates_per_iteration=20"
+
+
+def overrides(args, setting: str, arm: str, seed: int) -> list[str]:
+    base = [*SETTINGS[setting], f"policy.kind={args.policy}", f"run.seed={seed}",
+            f"run.rollout_size={args.rollout_size}", f"run.eval_episodes={args.eval_episodes}",
+            "run.checkpoint_every=0", "metrics.progress=false", "metrics.report=false", "ray.dashboard=false",
+            *ARMS[arm], *(DIGIRL_SIZES if "digirl" in ARMS[arm][0] else [FBC_STEPS]), *args.set]  # fmt: skip
+    if setting in OFFLINE:
+        if not args.dataset:
+            sys.exit(f"{setting} trains offline: give --dataset (benchmarks/synthweb_dataset.py writes one)")
+        return base + ["run.training=offline", f"offline.data=[{args.dataset}]", "replay.capacity=4000",
+                       f"learner.offline_iterations={args.offline_iterations}",
+                       *(f"learner.digirl.offline_{part}_iterations={args.offline_iterations}"
+                         for part in ("instruction_critic", "step_critic", "actor")),
+                       f"run.eval_every={max(args.offline_iterations // 5, 1)}"]  # fmt: skip
+    return base + ["run.iterations=100000", f"run.max_env_steps={args.env_steps}", f"run.eval_every={args.eval_every}"]
+
+
+def solved_steps(run_dir: Path) -> dict:
+    """Steps and wasted steps (beyond the task's depth) per solved episode, in the last evaluation."""
+    shards = sorted((run_dir / "eval").glob("shard-*.parquet"))
+    if not shards:
+        return {}
+    solved = [t for t in read_trajectories(shards[-1]) if t.outcome == "success"]
+    steps = [len(t.steps) for t in solved]
+    wasted = [len(t.steps) - int(t.task.meta["depth"]) for t in solved]
+    return {"solved": len(solved), "steps_per_solved": float(np.mean(steps)) if steps else None,
+            "wasted_per_solved": float(np.mean(wasted)) if wasted else None}  # fmt: skip
+
+
+def run(args, out: Path, setting: str, arm: str, seed: int) -> dict:
+    run_dir = out / setting / f"{arm}-seed{seed}"
+    records = train(run_dir, overrides(args, setting, arm, seed), config=BASE)
+    curve = [{"iteration": r["iteration"], "env_steps": r.get("env_steps", 0), "success": r["eval/success_rate"]}
+             | {k.removeprefix("eval/success_rate/"): v for k, v in r.items() if k.startswith("eval/success_rate/")}
+             for r in records if "eval/success_rate" in r]  # fmt: skip
+    critics = [{"iteration": r["iteration"]} | {k: v for k, v in r.items() if k.startswith(
+        ("digirl/curriculum_kept/", "digirl/p_instr/", "instruction_critic/", "step_critic/"))}
+        for r in records if any(k.startswith("digirl/") for k in r)]  # fmt: skip
+    return {"curve": curve, "final": curve[-1] if curve else {}, "episodes": solved_steps(run_dir), "critics": critics}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--settings", nargs="+", choices=sorted(SETTINGS), default=["S1"])
+    p.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS))
+    p.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))
+    p.add_argument("--policy", default="learned_pointer")
+    p.add_argument("--env-steps", type=int, default=20000, help="training env steps per online run")
+    p.add_argument("--rollout-size", type=int, default=32)
+    p.add_argument("--eval-every", type=int, default=25, help="iterations between evaluations (online)")
+    p.add_argument("--eval-episodes", type=int, default=200)
+    p.add_argument("--offline-iterations", type=int, default=30)
+    p.add_argument("--dataset", help="trajectory shards for the offline setting (S4)")
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="extra overrides for every run")
+    p.add_argument("--tag", default="")
+    args = p.parse_args()
+    out = Path(f"runs/bench-synthweb{'-' + args.tag if args.tag else ''}")
+    for setting in args.settings:
+        runs = {a: {s: run(args, out, setting, a, s) for s in args.seeds} for a in args.arms}
+        table = {a: summarize(by_seed) for a, by_seed in runs.items()}
+        final = {a: interval([r["final"]["success"] for r in by_seed.values()]) for a, by_seed in runs.items()}
+        for a, by_seed in runs.items():
+            wasted = [r["episodes"].get("wasted_per_solved") for r in by_seed.values()]
+            final[a]["wasted_per_solved"] = interval([w for w in wasted if w is not None]) if any(wasted) else None
+            print(f"{setting} {a:>7}: {final[a]['mean']:.3f} [{final[a]['ci95'][0]:.3f}, {final[a]['ci95'][1]:.3f}]")
+        name = f"synthweb_bench-{setting}{'-' + args.tag if args.tag else ''}"
+        plot(table, RESULTS / f"{name}.png")
+        result = {"command": "python benchmarks/synthweb_bench.py " + " ".join(sys.argv[1:]),
+                  "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+                  "setting": setting, "overrides": SETTINGS[setting], "settings": vars(args), "at_budget": final,
+                  "table": table, "runs": {a: {str(k): r for k, r in b.items()} for a, b in runs.items()}}  # fmt: skip
+        (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

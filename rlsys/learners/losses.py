@@ -6,6 +6,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -54,6 +55,14 @@ def sequence_nll(token_logp: torch.Tensor, weights: torch.Tensor) -> LossSum:
 def two_class_ce(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Cross-entropy of 2-logit success classifiers against 0/1 labels."""
     return F.cross_entropy(logits.float(), labels.long())
+
+
+def constant_ce(fit_labels, labels) -> float:
+    """The cross-entropy on `labels` of a predictor that always says the success rate of `fit_labels`: what a
+    critic's validation loss must beat to have learnt anything about the inputs."""
+    rate = min(max(float(np.mean(fit_labels)), 1e-6), 1 - 1e-6)
+    y = np.asarray(labels, dtype=float)
+    return float(-np.mean(y * np.log(rate) + (1 - y) * np.log(1 - rate)))
 
 
 def success_probability(logits: torch.Tensor) -> torch.Tensor:

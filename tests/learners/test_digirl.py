@@ -256,3 +256,19 @@ def test_sanity_arm_takes_the_same_actor_step_as_filtered_bc(tmp_path, ranks_his
     assert digirl_metrics["actor/grad_norm"] == pytest.approx(fbc_metrics["actor/grad_norm"], rel=1e-6)
     for (name, a), b in zip(policies[0].model.named_parameters(), policies[1].model.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7, msg=name)
+
+
+def test_critics_report_their_validation_loss_beside_a_constant_predictors(policy):
+    """With half of 48 trajectories held out, the critics that learnt which tasks and screens succeed end below the
+    loss of always saying the success rate; the constant's loss is the hand-computed cross-entropy."""
+    from rlsys.learners.losses import constant_ce
+
+    assert constant_ce([1, 0, 0, 0], [1, 1]) == pytest.approx(-np.log(0.25))
+    assert constant_ce([1, 0], [0, 1, 1]) == pytest.approx(np.log(2))
+    algo = DigiRL(learner_cfg(instruction_critic_steps=40, step_critic_steps=40, actor_steps=0,
+                              validation_fraction=0.5), policy)  # fmt: skip
+    data = [replace(t, id=f"{t.id}{k}") for k in range(2) for t in dataset()]
+    metrics = algo.update(data)
+    for critic in ("instruction_critic", "step_critic"):
+        constant = metrics[f"{critic}/validation_loss_constant"]
+        assert constant > 0.5 and metrics[f"{critic}/validation_loss"] < constant / 2, (critic, metrics)

@@ -74,11 +74,11 @@ def overrides(args, setting: str, arm: str, seed: int) -> list[str]:
     if setting in OFFLINE:
         if not args.dataset:
             sys.exit(f"{setting} trains offline: give --dataset (benchmarks/synthweb_dataset.py writes one)")
-        return base + ["run.training=offline", f"offline.data=[{args.dataset}]", "replay.capacity=4000",
-                       f"learner.offline_iterations={args.offline_iterations}",
-                       *(f"learner.digirl.offline_{part}_iterations={args.offline_iterations}"
-                         for part in ("instruction_critic", "step_critic", "actor")),
-                       f"run.eval_every={max(args.offline_iterations // 5, 1)}"]  # fmt: skip
+        n = args.offline_iterations  # of each DigiRL stage, or of filtered BC's actor: the same actor steps
+        length = [f"learner.digirl.offline_{part}_iterations={n}" for part in ("instruction_critic", "step_critic",
+                  "actor")] if "digirl" in ARMS[arm][0] else [f"learner.offline_iterations={n}"]  # fmt: skip
+        return base + ["run.training=offline", f"offline.data=[{args.dataset}]", "replay.capacity=4000", *length,
+                       f"run.eval_every={max(n // 5, 1)}"]  # fmt: skip
     return base + ["run.iterations=100000", f"run.max_env_steps={args.env_steps}", f"run.eval_every={args.eval_every}"]
 
 

@@ -1,0 +1,1 @@
+"""Group-relative policy optimisation for multi-turn agents (docs to come with the algorithm)."""

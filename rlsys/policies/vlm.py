@@ -137,17 +137,19 @@ class VLMPolicy(HFPolicy):
 
     # -- acting
 
-    def _encoded(self, observations: Sequence[Observation]) -> list[dict]:
-        """Each observation's model inputs. The last ENCODINGS_KEPT are kept: a learner's step reads a sample's
-        up to three times (its length for the token budget, the importance ratio, the loss), and processing a
-        448-pixel screenshot costs ~20 ms of CPU, as much as the step's GPU work at 1.5B."""
+    def _encoded(self, observations: Sequence[Observation], keep: bool = True) -> list[dict]:
+        """Each observation's model inputs. With `keep`, the last ENCODINGS_KEPT are kept: a learner's step reads
+        a sample's up to three times (its length for the token budget, the importance ratio, the loss), and
+        processing a 448-pixel screenshot costs ~20 ms of CPU, as much as the step's GPU work at 1.5B. Acting
+        sees each observation once, so it keeps none."""
         out = []
         for o in observations:
             kept = self._encodings.pop(id(o), None)
             if kept is None:  # (an entry holds its observation, so no other object can have its id)
                 prompt = neutralize_special_tokens(agent_prompt(o, self.cfg.prompt), self.tokenizer)
                 kept = (o, self.inputs.encode(self.inputs.chat(prompt), o.screenshot_png))
-            self._encodings[id(o)] = kept  # the newest last
+            if keep:
+                self._encodings[id(o)] = kept  # the newest last
             out.append(kept[1])
         while len(self._encodings) > ENCODINGS_KEPT:
             self._encodings.pop(next(iter(self._encodings)))
@@ -167,7 +169,7 @@ class VLMPolicy(HFPolicy):
     @torch.no_grad()
     def act(self, observations: Sequence[Observation], greedy: bool = False) -> list[ActionSample]:
         grammars = self.grammars(observations)
-        batch, _ = self.inputs.batch(self._encoded(observations), side="left")
+        batch, _ = self.inputs.batch(self._encoded(observations, keep=False), side="left")
         batch = self._to_device(batch)
         processors = []
         if any(g is not None for g in grammars):

@@ -247,6 +247,9 @@ def test_an_observation_is_encoded_once_while_it_is_among_the_last_kept(monkeypa
     assert len(calls) == 4
     policy._encoded(batch[:1])
     assert len(calls) == 5
+    kept = dict(policy._encodings)
+    policy.act([observation(4), observation(6)])  # acting sees each observation once: it keeps none
+    assert policy._encodings == kept and len(calls) == 7
 
 
 def test_token_logprobs_score_the_sampled_ids_when_given():

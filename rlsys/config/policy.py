@@ -60,7 +60,9 @@ class VLLMConfig:
 
 @dataclass
 class PolicyConfig:
-    kind: Literal["tiny_t5", "causal_lm", "element_pointer", "autoui", "vlm", "api", "random"] = "tiny_t5"
+    kind: Literal["tiny_t5", "causal_lm", "element_pointer", "learned_pointer", "autoui", "vlm", "api", "random"] = (
+        "tiny_t5"
+    )
     path: str | None = None  # a save_pretrained folder to start from; None: a fresh model built from config
     arch: Literal["llava", "qwen2_vl"] = "llava"  # vlm built from config (tiny preset) when path is None
     # sizes of models built from config

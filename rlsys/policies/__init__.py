@@ -23,6 +23,10 @@ def policy_class(kind: str):
         from rlsys.policies.element_pointer import ElementPointerPolicy
 
         return ElementPointerPolicy
+    if kind == "learned_pointer":
+        from rlsys.policies.learned_pointer import LearnedPointerPolicy
+
+        return LearnedPointerPolicy
     if kind == "autoui":
         from rlsys.policies.autoui import AutoUIPolicy
 

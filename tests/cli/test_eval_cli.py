@@ -92,6 +92,7 @@ LORA = {"enabled": True, "r": 4, "alpha": 8, "dropout": 0.0}
 # the env must speak for it; causal_lm once more with LoRA, saved as an adapter beside its base (as vlm saves it).
 TRAINABLE_KINDS = {
     "element_pointer": {},
+    "learned_pointer": {},
     "tiny_t5": {},
     "autoui": {"policy__image_feature_dim": 16, "policy__image_size": 32, "env__action_space": "coords"},
     "causal_lm": {"policy__d_model": 64, "policy__num_layers": 1},  # its heads are 64 wide

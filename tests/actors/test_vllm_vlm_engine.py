@@ -16,6 +16,7 @@ from tests.conftest import make_config
 from tests.policies.test_policy_vlm import observation
 
 LORA = {"enabled": True, "r": 4, "alpha": 8, "dropout": 0.0}
+PER_TOKEN = 0.003  # nats a scored token between the engine and the learner
 POLICY = {
     "kind": "vlm",
     "arch": "qwen2_vl",
@@ -84,7 +85,10 @@ def assert_logprobs_are_the_learners(learner, obs, results):
     with torch.no_grad():
         logp, _ = learner.token_logprobs(obs, texts)
     behaviour = torch.tensor([r["logprob"] for r in results])
-    assert (logp.sum(-1) - behaviour).abs().max() < TOLERANCE
+    # vLLM's CPU kernels and transformers' differ by up to ~0.002 nats a token on this model (0.0265 seen on a
+    # 16-token typed action): the bound grows with the action's tokens, EOS included
+    bound = torch.tensor([PER_TOKEN * (len(r["token_ids"]) + 1) for r in results])
+    assert ((logp.sum(-1) - behaviour).abs() < bound).all(), (logp.sum(-1) - behaviour, bound)
 
 
 def test_the_runner_sends_the_learners_prompt_ids_and_the_screenshot(engine):
@@ -130,7 +134,8 @@ def test_a_new_adapter_is_served_from_the_next_request(engine):
     assert all(s.prompt.startswith("USER: <|vision_start|><|image_pad|>") for s in samples)
     with torch.no_grad():
         logp, _ = learner.token_logprobs(obs, [s.text for s in samples], token_ids=[s.token_ids for s in samples])
-    assert (logp.sum(-1) - torch.tensor([s.logprob for s in samples])).abs().max() < TOLERANCE
+    bound = torch.tensor([PER_TOKEN * (len(s.token_ids) + 1) for s in samples])
+    assert ((logp.sum(-1) - torch.tensor([s.logprob for s in samples])).abs() < bound).all()
     assert ray.get(engine.stats.remote())["vllm/weight_syncs"] == 2
 
 

@@ -2,7 +2,7 @@
 same model and batch, in one run, one JSON line per case. No Ray, no browser: models are built from config
 (random weights, Qwen2-VL-shaped 1.5B and 7B, AutoUI-base) directly on the device.
 
-    python benchmarks/gpu_speed.py                          # one GPU: every case, ~5 minutes on an H100
+    python benchmarks/gpu_speed.py                          # one GPU: every case, 147 s on an H100
     python benchmarks/gpu_speed.py --device cpu --scale tiny  # the same cases at toy sizes (the test suite's)
 
 Acting: ms per token step of `policy.act` (LoRA merged for acting, and not) against `model.generate` on the same

@@ -110,9 +110,12 @@ def test_async_run_completes_and_drops_stale_data(ray_session, tmp_path):
     assert [r["policy_version"] for r in records] == [sum(trained[: i + 1]) for i in range(3)]
     assert records[-1]["policy_version"] >= 1
     assert records[1]["eval/episodes"] == 4
-    stale = records[-1]["dropped_stale"] + records[-1]["replay/dropped_stale"]
-    # with lag 0, episodes still in flight when the learner publishes are never trained on
-    assert stale > 0
+    # with lag 0 an update learns only from what the weights it starts from collected: episodes still in flight
+    # when the learner published were dropped (how many depends on timing; the dropping is tested in
+    # tests/data/test_replay.py), never trained on
+    lags = [r["train/policy_lag_max"] for r in records if r.get("train/policy_lag_max") is not None]
+    assert all(lag == 0 for lag in lags), lags
+    assert records[-1]["dropped_stale"] >= 0 and records[-1]["replay/dropped_stale"] >= 0
     assert records[-1]["trajectories"] >= 12
 
 

@@ -21,10 +21,12 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import sys
 from pathlib import Path
 
 import numpy as np
+import synthweb_dataset
 from digirl_vs_filteredbc import RESULTS, interval, plot, summarize, train
 
 from rlsys.data.shards import read_trajectories
@@ -66,7 +68,30 @@ DIGIRL_SIZES = ["learner.digirl.text_hidden=32", "learner.digirl.image_feature_d
 FBC_STEPS = "learner.updates_per_iteration=20"
 
 
-def overrides(args, setting: str, arm: str, seed: int) -> list[str]:
+def shared_start(args, out: Path, setting: str) -> tuple[str, dict]:
+    """The weak policy every arm of an online setting starts from: filtered BC trained offline, for
+    `--start-iterations` iterations, on `--start-episodes` episodes of the scripted weak policy
+    (benchmarks/synthweb_dataset.py) on the setting's training tasks. Its policy folder and its evaluation."""
+    data = out / setting / "start-data"
+    if not (data / "dataset.json").exists():
+        shutil.rmtree(data, ignore_errors=True)
+        synthweb_dataset.main(["--out", str(data), "--config", BASE, "--episodes", str(args.start_episodes),
+                               "--seed", "1000", "--p-right", str(args.start_p_right), "--p-back", "1.0",
+                               "--set", *SETTINGS[setting]])  # fmt: skip
+    n = args.start_iterations
+    run_dir = out / setting / "start"
+    records = train(run_dir, [*SETTINGS[setting], f"policy.kind={args.policy}", "run.seed=1000",
+                              f"run.eval_episodes={args.eval_episodes}", "metrics.progress=false",
+                              "metrics.report=false", "ray.dashboard=false", "run.training=offline",
+                              f"offline.data=[{data}]", "replay.capacity=4000", "learner.algorithm=filtered_bc",
+                              "learner.filter=success", FBC_STEPS, f"learner.lr={args.start_lr}",
+                              f"learner.offline_iterations={n}", "run.eval_every=1", f"run.checkpoint_every={n}",
+                              *args.set], config=BASE)  # fmt: skip
+    evaluations = [r for r in records if "eval/success_rate" in r]
+    return str(sorted((run_dir / "checkpoints").iterdir())[-1] / "policy"), evaluations[-1]
+
+
+def overrides(args, setting: str, arm: str, seed: int, start: str | None = None) -> list[str]:
     base = [*SETTINGS[setting], f"policy.kind={args.policy}", f"run.seed={seed}",
             f"run.rollout_size={args.rollout_size}", f"run.eval_episodes={args.eval_episodes}",
             "run.checkpoint_every=0", "metrics.progress=false", "metrics.report=false", "ray.dashboard=false",
@@ -79,7 +104,10 @@ def overrides(args, setting: str, arm: str, seed: int) -> list[str]:
                   "actor")] if "digirl" in ARMS[arm][0] else [f"learner.offline_iterations={n}"]  # fmt: skip
         return base + ["run.training=offline", f"offline.data=[{args.dataset}]", "replay.capacity=4000", *length,
                        f"run.eval_every={max(n // 5, 1)}"]  # fmt: skip
-    return base + ["run.iterations=100000", f"run.max_env_steps={args.env_steps}", f"run.eval_every={args.eval_every}"]
+    # the start policy's evaluation is the shared start run's
+    start_keys = [f"policy.path={start}", "run.eval_at_start=false"] if start else []
+    return base + ["run.iterations=100000", f"run.max_env_steps={args.env_steps}", f"run.eval_every={args.eval_every}",
+                   *start_keys]  # fmt: skip
 
 
 def solved_steps(run_dir: Path) -> dict:
@@ -94,9 +122,9 @@ def solved_steps(run_dir: Path) -> dict:
             "wasted_per_solved": float(np.mean(wasted)) if wasted else None}  # fmt: skip
 
 
-def run(args, out: Path, setting: str, arm: str, seed: int) -> dict:
+def run(args, out: Path, setting: str, arm: str, seed: int, start: str | None) -> dict:
     run_dir = out / setting / f"{arm}-seed{seed}"
-    records = train(run_dir, overrides(args, setting, arm, seed), config=BASE)
+    records = train(run_dir, overrides(args, setting, arm, seed, start), config=BASE)
     curve = [{"iteration": r["iteration"], "env_steps": r.get("env_steps", 0), "success": r["eval/success_rate"]}
              | {k.removeprefix("eval/success_rate/"): v for k, v in r.items() if k.startswith("eval/success_rate/")}
              for r in records if "eval/success_rate" in r]  # fmt: skip
@@ -118,13 +146,21 @@ def main() -> None:
     p.add_argument("--eval-episodes", type=int, default=200)
     p.add_argument("--offline-iterations", type=int, default=30)
     p.add_argument("--dataset", help="trajectory shards for the offline setting (S4)")
+    p.add_argument("--start-episodes", type=int, default=300, help="scripted episodes the shared start learns from")
+    p.add_argument("--start-iterations", type=int, default=2, help="offline filtered BC iterations of the start")
+    p.add_argument("--start-lr", type=float, default=1e-2, help="the start's learning rate")
+    p.add_argument("--start-p-right", type=float, default=1.0, help="how often the start's demonstrations are right")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="extra overrides for every run")
     p.add_argument("--tag", default="")
     args = p.parse_args()
     out = Path(f"runs/bench-synthweb{'-' + args.tag if args.tag else ''}")
     for setting in args.settings:
-        runs = {a: {s: run(args, out, setting, a, s) for s in args.seeds} for a in args.arms}
-        table = {a: summarize(by_seed) for a, by_seed in runs.items()}
+        start, start_eval = (None, None) if setting in OFFLINE else shared_start(args, out, setting)
+        if start_eval:
+            print(f"{setting} start policy: {start_eval['eval/success_rate']:.3f} greedy success", flush=True)
+        runs = {a: {s: run(args, out, setting, a, s, start) for s in args.seeds} for a in args.arms}
+        start_point = [{"iteration": 0, "env_steps_mean": 0.0} | interval([start_eval["eval/success_rate"]])]
+        table = {a: [*(start_point if start_eval else []), *summarize(by_seed)] for a, by_seed in runs.items()}
         final = {a: interval([r["final"]["success"] for r in by_seed.values()]) for a, by_seed in runs.items()}
         for a, by_seed in runs.items():
             wasted = [r["episodes"].get("wasted_per_solved") for r in by_seed.values()]
@@ -135,6 +171,7 @@ def main() -> None:
         result = {"command": "python benchmarks/synthweb_bench.py " + " ".join(sys.argv[1:]),
                   "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
                   "setting": setting, "overrides": SETTINGS[setting], "settings": vars(args), "at_budget": final,
+                  "start": start_eval,
                   "table": table, "runs": {a: {str(k): r for k, r in b.items()} for a, b in runs.items()}}  # fmt: skip
         (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=1))
 

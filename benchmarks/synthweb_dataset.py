@@ -67,11 +67,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--p-right", type=float, default=0.7)
     parser.add_argument("--p-back", type=float, default=0.7)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--config", help="a config whose tasks and env to use (the defaults' otherwise)")
     parser.add_argument("--set", nargs="*", default=[], help="config overrides, KEY=VALUE")
     args = parser.parse_args(argv)
     if args.out.exists() and any(args.out.iterdir()):
         sys.exit(f"{args.out} is not empty: the dataset goes in a new folder")
-    cfg = load_config(None, overrides=["env.kind=synthweb", "tasks.suite=synthweb", *args.set])
+    cfg = load_config(args.config, overrides=["env.kind=synthweb", "tasks.suite=synthweb", *args.set])
     env, rng = SynthWebEnv(cfg.env, env_id="dataset"), random.Random(args.seed)
     tasks = suite_tasks(cfg.tasks.synthweb, "train")
     writer, batch = ShardWriter(args.out), []

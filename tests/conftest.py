@@ -1,6 +1,8 @@
+import functools
 import os
 import shutil
 import signal
+from unittest import mock
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
@@ -72,12 +74,18 @@ def stub_api_env(monkeypatch, tmp_path):
 @pytest.fixture(scope="session")
 def ray_session():
     import ray
+    from ray._private import parameter
 
     from rlsys.driver.ray_init import SUBREAPER, bind_to_loopback
 
     os.environ.setdefault(SUBREAPER, "true")
     bind_to_loopback()
-    ray.init(num_cpus=2, resources={"browser": 8, "android": 4}, include_dashboard=False, log_to_driver=False)
+    # Ray's dashboard agent listens on 52365 unless told otherwise, which ray.init cannot do. Held by this
+    # session's Ray, the port would cost every Ray a test starts in a child process (rlsys-train) ~4 s: its agent
+    # retries the taken port before giving up, and its raylet waits for the agent. This one takes a free port.
+    agent_on_a_free_port = functools.partial(parameter.RayParams, dashboard_agent_listen_port=None)
+    with mock.patch.object(parameter, "RayParams", agent_on_a_free_port):
+        ray.init(num_cpus=2, resources={"browser": 8, "android": 4}, include_dashboard=False, log_to_driver=False)
     # Ray's driver ignores SIGCHLD (set below Python, so signal.getsignal does not show it): children are
     # reaped by the kernel and every subprocess exit code reads 0. Tests that check exit codes need them.
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)

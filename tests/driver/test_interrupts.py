@@ -17,9 +17,9 @@ from tests.support.train_command import start_train, wait_for
 SIM = {"reset_median_s": 0.05, "step_median_s": 0.25, "step_sigma": 0.0, "success_prob": 0.4}
 
 
-def config_file(tmp_path, iterations, **overrides):
+def config_file(tmp_path, iterations, rollout_size=16, **overrides):
     cfg = sim_config(tmp_path, step_s=0.25, max_steps=3, runners__num=2, env__sim=SIM, run__iterations=iterations,
-                     run__rollout_size=16, **overrides)  # fmt: skip
+                     run__rollout_size=rollout_size, **overrides)  # fmt: skip
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(to_dict(cfg)))
     return cfg, path
@@ -35,7 +35,7 @@ def shard_iterations(run_dir) -> list[int]:
 
 
 def test_ctrl_c_keeps_the_finished_episodes_stops_cleanly_and_resumes(tmp_path):
-    cfg, path = config_file(tmp_path, iterations=3)
+    cfg, path = config_file(tmp_path, iterations=2)
     run_dir = cfg.output_dir
     log = tmp_path / "first.log"
     proc = start_train("--config", str(path), log=log)
@@ -53,11 +53,11 @@ def test_ctrl_c_keeps_the_finished_episodes_stops_cleanly_and_resumes(tmp_path):
     log = tmp_path / "second.log"
     proc = start_train("--resume", str(run_dir), log=log)
     assert proc.wait(timeout=400) == 0, log.read_text()
-    assert [r["iteration"] for r in read_metrics(run_dir)] == [1, 2, 3]
+    assert [r["iteration"] for r in read_metrics(run_dir)] == [1, 2]
 
 
 def test_sigterm_stops_and_a_second_one_exits_at_once(tmp_path):
-    cfg, path = config_file(tmp_path, iterations=50)
+    cfg, path = config_file(tmp_path, iterations=50, rollout_size=4)  # the first iteration ends soon
     log = tmp_path / "run.log"
     proc = start_train("--config", str(path), log=log)
     wait_for(lambda: read_metrics(cfg.output_dir), proc, log)
@@ -76,7 +76,7 @@ def test_sigterm_stops_and_a_second_one_exits_at_once(tmp_path):
 
 
 def test_a_run_stopped_before_its_first_checkpoint_starts_over_only_when_asked(tmp_path):
-    cfg, path = config_file(tmp_path, iterations=50, run__checkpoint_every=100)
+    cfg, path = config_file(tmp_path, iterations=50, rollout_size=4, run__checkpoint_every=100)
     run_dir = cfg.output_dir
     log = tmp_path / "first.log"
     proc = start_train("--config", str(path), log=log)
@@ -100,6 +100,6 @@ def test_a_run_stopped_before_its_first_checkpoint_starts_over_only_when_asked(t
     proc = start_train("--resume", str(run_dir), "--restart", "run.iterations=1", log=log)
     assert proc.wait(timeout=400) == 0, log.read_text()
     assert [r["iteration"] for r in read_metrics(run_dir)] == [1]
-    assert sorted(shard_iterations(run_dir)) == [1] * 16  # none of the stopped session's episodes
+    assert sorted(shard_iterations(run_dir)) == [1] * 4  # none of the stopped session's episodes
     (aside,) = run_dir.parent.glob(f"{run_dir.name}.old-*")
     assert {p.relative_to(aside): p.read_bytes() for p in aside.rglob("*") if p.is_file()} == stopped

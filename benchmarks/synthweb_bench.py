@@ -111,11 +111,19 @@ def overrides(args, setting: str, arm: str, seed: int, start: str | None = None)
 
 
 def solved_steps(run_dir: Path) -> dict:
-    """Steps and wasted steps (beyond the task's depth) per solved episode, in the last evaluation."""
+    """Steps and wasted steps (beyond the task's depth) per solved episode: in the last (greedy) evaluation, and
+    in the training episodes of the last quarter of the run (sampled: where detours and recoveries happen)."""
     shards = sorted((run_dir / "eval").glob("shard-*.parquet"))
     if not shards:
         return {}
-    solved = [t for t in read_trajectories(shards[-1]) if t.outcome == "success"]
+    out = per_solved(read_trajectories(shards[-1]))
+    trained = read_trajectories(run_dir / "trajectories") if (run_dir / "trajectories").exists() else []
+    late = per_solved(trained[3 * len(trained) // 4 :])
+    return out | {f"train_{k}": v for k, v in late.items()}
+
+
+def per_solved(trajectories: list) -> dict:
+    solved = [t for t in trajectories if t.outcome == "success"]
     steps = [len(t.steps) for t in solved]
     wasted = [len(t.steps) - int(t.task.meta["depth"]) for t in solved]
     return {"solved": len(solved), "steps_per_solved": float(np.mean(steps)) if steps else None,
@@ -163,8 +171,11 @@ def main() -> None:
         table = {a: [*(start_point if start_eval else []), *summarize(by_seed)] for a, by_seed in runs.items()}
         final = {a: interval([r["final"]["success"] for r in by_seed.values()]) for a, by_seed in runs.items()}
         for a, by_seed in runs.items():
-            wasted = [r["episodes"].get("wasted_per_solved") for r in by_seed.values()]
-            final[a]["wasted_per_solved"] = interval([w for w in wasted if w is not None]) if any(wasted) else None
+            for key in ("wasted_per_solved", "train_wasted_per_solved"):
+                wasted = [r["episodes"].get(key) for r in by_seed.values()]
+                final[a][key] = (
+                    interval([w for w in wasted if w is not None]) if any(w is not None for w in wasted) else None
+                )
             print(f"{setting} {a:>7}: {final[a]['mean']:.3f} [{final[a]['ci95'][0]:.3f}, {final[a]['ci95'][1]:.3f}]")
         name = f"synthweb_bench-{setting}{'-' + args.tag if args.tag else ''}"
         plot(table, RESULTS / f"{name}.png")

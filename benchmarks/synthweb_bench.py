@@ -6,11 +6,13 @@ D-lam1 and the sanity arm S). This script is the protocol; it changes no setting
     python benchmarks/synthweb_bench.py --settings S1 --seeds 0 1 2 3 4 5 6 7 8 9
     python benchmarks/synthweb_bench.py --settings S4 --dataset data/synthweb-s4   # benchmarks/synthweb_dataset.py
 
-Each run is `rlsys-train` with the setting's and the arm's overrides: online settings train to `--env-steps`
-training env steps (`run.max_env_steps`), the offline one for the same number of gradient steps in every arm, and
-all are evaluated greedily on `--eval-episodes` held-out tasks of the same mix. Per arm: success at each
-evaluation point (mean and 95% t-interval over seeds), success by depth at the end, steps and wasted steps per
-solved episode at the end (steps beyond the task's depth, from the last evaluation's episodes), and for DigiRL's
+Every arm of an online setting starts from one policy (`shared_start`: offline filtered BC on clean scripted
+demonstrations of the setting's training tasks; the predictions page says why). Each run is `rlsys-train` with
+the setting's and the arm's overrides: online settings train to `--env-steps` training env steps
+(`run.max_env_steps`), the offline one for the same number of gradient steps in every arm, and all are evaluated
+greedily on `--eval-episodes` held-out tasks of the same mix. Per arm: success at each evaluation point (mean and
+95% t-interval over seeds), success by depth at the end, steps and wasted steps per solved episode (steps beyond
+the task's depth, in the last evaluation's episodes and in the last quarter's training episodes), and for DigiRL's
 arms the critics' validation losses, p_instr per task and what the curriculum kept, per iteration. A run that
 finished under the same overrides is read back instead of repeated.
 """
@@ -167,8 +169,12 @@ def main() -> None:
         if start_eval:
             print(f"{setting} start policy: {start_eval['eval/success_rate']:.3f} greedy success", flush=True)
         runs = {a: {s: run(args, out, setting, a, s, start) for s in args.seeds} for a in args.arms}
-        start_point = [{"iteration": 0, "env_steps_mean": 0.0} | interval([start_eval["eval/success_rate"]])]
-        table = {a: [*(start_point if start_eval else []), *summarize(by_seed)] for a, by_seed in runs.items()}
+        start_point = (
+            [{"iteration": 0, "env_steps_mean": 0.0} | interval([start_eval["eval/success_rate"]])]
+            if start_eval
+            else []
+        )
+        table = {a: [*start_point, *summarize(by_seed)] for a, by_seed in runs.items()}
         final = {a: interval([r["final"]["success"] for r in by_seed.values()]) for a, by_seed in runs.items()}
         for a, by_seed in runs.items():
             for key in ("wasted_per_solved", "train_wasted_per_solved"):

@@ -178,10 +178,8 @@ def main() -> None:
         final = {a: interval([r["final"]["success"] for r in by_seed.values()]) for a, by_seed in runs.items()}
         for a, by_seed in runs.items():
             for key in ("wasted_per_solved", "train_wasted_per_solved"):
-                wasted = [r["episodes"].get(key) for r in by_seed.values()]
-                final[a][key] = (
-                    interval([w for w in wasted if w is not None]) if any(w is not None for w in wasted) else None
-                )
+                known = [w for r in by_seed.values() if (w := r["episodes"].get(key)) is not None]
+                final[a][key] = interval(known) if known else None
             print(f"{setting} {a:>7}: {final[a]['mean']:.3f} [{final[a]['ci95'][0]:.3f}, {final[a]['ci95'][1]:.3f}]")
         name = f"synthweb_bench-{setting}{'-' + args.tag if args.tag else ''}"
         plot(table, RESULTS / f"{name}.png")

@@ -115,7 +115,6 @@ def test_async_run_completes_and_drops_stale_data(ray_session, tmp_path):
     # tests/data/test_replay.py), never trained on
     lags = [r["train/policy_lag_max"] for r in records if r.get("train/policy_lag_max") is not None]
     assert all(lag == 0 for lag in lags), lags
-    assert records[-1]["dropped_stale"] >= 0 and records[-1]["replay/dropped_stale"] >= 0
     assert records[-1]["trajectories"] >= 12
 
 

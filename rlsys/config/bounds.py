@@ -17,6 +17,7 @@ BOUNDS: dict[str, tuple[float, bool]] = {
     "run.iterations": AT_LEAST_0,
     "run.max_env_steps": AT_LEAST_1,
     "run.rollout_size": AT_LEAST_1,
+    "run.group_size": AT_LEAST_1,
     "run.eval_every": AT_LEAST_0,
     "run.eval_episodes": AT_LEAST_0,
     "run.checkpoint_every": AT_LEAST_0,
@@ -78,6 +79,10 @@ LIMITS: dict[str, tuple[int, str]] = {
     "run.rollout_size": (
         100_000,
         "an iteration's trajectories, screenshots included, are held in the driver's memory until the update",
+    ),
+    "run.group_size": (
+        100_000,
+        "a group's trajectories, screenshots included, are held in the driver's memory until all have arrived",
     ),
     "run.eval_episodes": (
         100_000,

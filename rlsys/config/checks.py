@@ -144,6 +144,7 @@ def check_training(cfg: Config) -> None:
             "collected by this run's policies that many versions behind, never offline data"
         )
     check_history_fetch(learner)
+    check_groups(cfg)
     for key in ("quantile", "shortest_fraction"):
         if not 0 <= getattr(learner, key) <= 1:
             raise ConfigError(f"learner.{key} must be within [0, 1], got {getattr(learner, key)}")
@@ -163,6 +164,27 @@ def check_training(cfg: Config) -> None:
         raise ConfigError(
             f"learner.sharding = 'fsdp2' shards a {' or '.join(SHARDABLE_POLICIES)} policy's model; "
             f"policy.kind is {cfg.policy.kind!r} (set learner.sharding: none)"
+        )
+
+
+def check_groups(cfg: Config) -> None:
+    """`run.group_size`: GRPO compares the members of a group, sync collection plays whole groups, and an update
+    samples whole groups."""
+    size, run = cfg.run.group_size, cfg.run
+    if cfg.learner.algorithm == "grpo" and size < 2:
+        raise ConfigError(
+            f"learner.algorithm = 'grpo' compares trajectories played from the same task and start: set "
+            f"run.group_size to at least 2 (got {size})"
+        )
+    if size > 1 and run.mode == "sync" and run.rollout_size % size:
+        raise ConfigError(
+            f"run.rollout_size ({run.rollout_size}) must be a multiple of run.group_size ({size}): sync mode "
+            "collects whole groups"
+        )
+    if size > 1 and cfg.learner.sample_trajectories < size:
+        raise ConfigError(
+            f"learner.sample_trajectories ({cfg.learner.sample_trajectories}) must be at least run.group_size "
+            f"({size}): an update samples whole groups"
         )
 
 

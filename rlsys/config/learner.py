@@ -90,7 +90,7 @@ class DigiQConfig:
 
 @dataclass
 class LearnerConfig:
-    algorithm: Literal["filtered_bc", "sft", "digirl", "digiq"] = "filtered_bc"
+    algorithm: Literal["filtered_bc", "sft", "digirl", "digiq", "grpo"] = "filtered_bc"
     # filtered_bc: `success` keeps successes; `quantile` (DigiRL's baseline) keeps trajectory rewards at or above
     # the `quantile` of rewards, and successes only when few succeed; `shortest` (PAE) keeps, per task, the
     # `shortest_fraction` of its successes with the fewest steps.

@@ -22,6 +22,11 @@ class RunConfig:
     # the online phase also ends after the iteration that reaches this many training env steps (equal budgets)
     max_env_steps: int | None = None
     rollout_size: int = 32  # trajectories collected per iteration (sync) or per update (async)
+    # GRPO's groups: each training task drawn is played this many times from the same start (a MiniWoB++ task with
+    # the same seed), and the learner samples whole groups only; in sync mode rollout_size is a multiple of it
+    group_size: int = 1
+    # a group some of whose members are not trainable (env_error, unknown): dropped whole, or its other members kept
+    broken_groups: Literal["drop", "keep"] = "drop"
     eval_every: int = 5
     eval_episodes: int = 30
     eval_at_start: bool = True

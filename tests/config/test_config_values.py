@@ -115,3 +115,26 @@ def test_a_task_longer_than_the_limit_names_the_file_and_task(tmp_path):
         check_tasks(tasks, "web")
     assert "tasks.jsonl" in str(e.value) and "Site--1" in str(e.value) and "instruction" in str(e.value)
     assert len(str(e.value)) <= MAX_MESSAGE
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["run.group_size=0"], r"run\.group_size must be at least 1, got 0"),
+        (["run.rollout_size=6", "run.group_size=4"], r"run\.rollout_size \(6\) .* multiple of run\.group_size \(4\)"),
+        (["learner.algorithm=grpo"], r"run\.group_size to at least 2 \(got 1\)"),
+        (["learner.sample_trajectories=2", "run.group_size=4", "run.rollout_size=8"], r"at least run\.group_size"),
+        (["run.broken_groups=mend"], r"run\.broken_groups"),
+    ],
+)
+def test_group_settings_that_cannot_work_are_config_errors(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, overrides)
+
+
+def test_groups_that_fit_load():
+    sync = load_config(None, ["run.rollout_size=8", "run.group_size=4", "learner.algorithm=grpo"])
+    assert (sync.run.group_size, sync.run.broken_groups) == (4, "drop")
+    # async mode updates after rollout_size new trajectories, whole groups or not: any size goes
+    assert load_config(None, ["run.mode=async", "run.rollout_size=6", "run.group_size=4"]).run.group_size == 4
+    assert load_config(None, []).run.group_size == 1

@@ -33,6 +33,12 @@ def task_group(task: Task) -> str:
     return task.start if task.suite == "miniwob" else task.meta.get("web_name") or task.suite
 
 
+def rollout_group(task: Task) -> str | None:
+    """The id of the rollout group `task` was issued in (`run.group_size` > 1: the copies of one drawn task, each
+    played from the same start; `meta["group_size"]` of them), or None for a task issued alone."""
+    return task.meta.get("rollout_group")
+
+
 @dataclass
 class Observation:
     """What an agent sees at one step.

@@ -109,7 +109,7 @@ class Trainer:
         self.iteration = 0
         self.offline_iterations = offline_phase_length(cfg)
         self.total_iterations = total_iterations(cfg)
-        self.tasks = TaskSource(cfg.tasks, cfg.run.seed)
+        self.tasks = TaskSource(cfg.tasks, cfg.run.seed, cfg.run.group_size)
         self.buffer, self.weight_store = start_stores(cfg, self.run_dir)
         self.learners = LearnerGroup(cfg, self.buffer, self.weight_store)
         # runners start (browser, model imports) while the learner builds and publishes weights

@@ -77,11 +77,18 @@ def is_aitw(suite: str) -> bool:
 
 class TaskSource:
     """Training tasks, drawn at random (or in order); MiniWoB++ problems get fresh seeds.
-    Its state is checkpointed, so a resumed run draws the tasks it would have drawn."""
+    Its state is checkpointed, so a resumed run draws the tasks it would have drawn.
 
-    def __init__(self, cfg: TasksConfig, seed: int = 0):
+    With `group_size` G > 1 each drawn task is issued G times in a row, every copy from the same start (the same
+    MiniWoB++ seed), as a rollout group for GRPO: each copy's `meta` holds the group's id (`rollout_group`, the
+    draw's index as a string, unique within the run) and `group_size`. `drawn` counts draws, not copies. A resumed
+    source starts a new group: the rest of a group cut by the checkpoint is never issued, as the episodes in
+    flight are lost anyway."""
+
+    def __init__(self, cfg: TasksConfig, seed: int = 0, group_size: int = 1):
         self.suite = cfg.suite
         self.sampling = cfg.sampling
+        self.group_size = group_size
         if cfg.suite == "miniwob":
             self.pool: list = miniwob_names(cfg.train)
         else:
@@ -92,8 +99,20 @@ class TaskSource:
         self.drawn = 0
         self._base = list(self.pool)
         self.added: list[Task] = []  # tasks added after loading (e.g. proposed ones), in order
+        self._group: Task | None = None  # the task of the group being issued
+        self._copies_left = 0
 
     def next(self) -> Task:
+        if self.group_size == 1:
+            return self._draw()
+        if not self._copies_left:
+            self._group = self._draw()
+            self._group.meta.update(rollout_group=str(self.drawn - 1), group_size=self.group_size)
+            self._copies_left = self.group_size
+        self._copies_left -= 1
+        return dataclasses.replace(self._group, meta=dict(self._group.meta))
+
+    def _draw(self) -> Task:
         if self.sampling == "sequential":
             item = self.pool[self.drawn % len(self.pool)]
         else:
@@ -134,6 +153,7 @@ class TaskSource:
         version, internal, gauss = state["rng"]
         self._rng.setstate((version, tuple(internal), gauss))
         self.drawn = state["drawn"]
+        self._copies_left = 0
         self.pool = list(self._base)
         self.added = []
         if state.get("added"):

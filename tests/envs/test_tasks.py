@@ -81,3 +81,47 @@ def test_cli_reports_a_bad_task_file_before_ray_starts(tmp_path, capsys):
     assert main(["--config", str(config)]) == 2
     err = capsys.readouterr().err
     assert "bad.jsonl:1" in err and "ques" in err
+
+
+# what TaskSource drew before rollout groups existed, seed 7: a group size of 1 must keep drawing exactly these
+MINIWOB_SEED_7 = ["click-tab#993908", "click-test-2#414002", "click-test-2#75954", "click-test-2#383452"]
+SYNTHWEB_SEED_7 = ["synthweb-20", "synthweb-9", "synthweb-25", "synthweb-41"]
+
+
+def synthweb_tasks(tmp_path):
+    mix = {"num_tasks": 50, "max_depth": 2}
+    return make_config(tmp_path, env__kind="synthweb", tasks__suite="synthweb", tasks__synthweb=mix).tasks
+
+
+def test_one_copy_per_draw_keeps_the_draws_of_before(tmp_path):
+    miniwob, synthweb = TaskSource(make_config(tmp_path).tasks, seed=7), TaskSource(synthweb_tasks(tmp_path), 7)
+    miniwob_drawn, synthweb_drawn = [miniwob.next() for _ in range(4)], [synthweb.next() for _ in range(4)]
+    assert [t.id for t in miniwob_drawn] == MINIWOB_SEED_7 and [t.id for t in synthweb_drawn] == SYNTHWEB_SEED_7
+    assert not any("rollout_group" in t.meta or "group_size" in t.meta for t in miniwob_drawn + synthweb_drawn)
+
+
+def test_groups_issue_each_draw_several_times_from_the_same_start(tmp_path):
+    source = TaskSource(make_config(tmp_path).tasks, seed=7, group_size=3)
+    issued = [source.next() for _ in range(12)]
+    # the same tasks and seeds as single draws, each three times in a row
+    assert [t.id for t in issued] == [name for name in MINIWOB_SEED_7 for _ in range(3)]
+    assert [t.meta["seed"] for t in issued] == [int(name.split("#")[1]) for name in MINIWOB_SEED_7 for _ in range(3)]
+    assert [t.meta["rollout_group"] for t in issued] == [str(i) for i in range(4) for _ in range(3)]
+    assert {t.meta["group_size"] for t in issued} == {3} and source.drawn == 4
+    issued[0].meta["touched"] = True  # each copy is its own task
+    assert "touched" not in issued[1].meta
+    synthweb = TaskSource(synthweb_tasks(tmp_path), 7, group_size=2)
+    assert [synthweb.next().id for _ in range(4)] == [SYNTHWEB_SEED_7[0]] * 2 + [SYNTHWEB_SEED_7[1]] * 2
+
+
+def test_a_resumed_source_starts_a_new_group(tmp_path):
+    cfg = make_config(tmp_path).tasks
+    source = TaskSource(cfg, seed=7, group_size=3)
+    [source.next() for _ in range(4)]  # group 0 whole, then one copy of group 1
+    state = source.state_dict()
+    resumed = TaskSource(cfg, seed=0, group_size=3)
+    resumed.load_state_dict(state)
+    issued = [resumed.next() for _ in range(3)]
+    # the rest of group 1 was cut with the checkpoint; group 2 comes whole, with a new id
+    assert [t.id for t in issued] == [MINIWOB_SEED_7[2]] * 3
+    assert [t.meta["rollout_group"] for t in issued] == ["2"] * 3

@@ -135,6 +135,8 @@ def check_training(cfg: Config) -> None:
             )
     elif learner.algorithm == "digiq":
         check_digiq(cfg)
+    elif learner.algorithm == "grpo":
+        check_grpo(cfg)
     elif training != "online" and learner.offline_iterations < 1:
         raise ConfigError(f"run.training = {training!r} needs learner.offline_iterations >= 1")
     lag = cfg.run.max_policy_lag
@@ -181,11 +183,13 @@ def check_groups(cfg: Config) -> None:
             f"run.rollout_size ({run.rollout_size}) must be a multiple of run.group_size ({size}): sync mode "
             "collects whole groups"
         )
-    if size > 1 and cfg.learner.sample_trajectories < size:
-        raise ConfigError(
-            f"learner.sample_trajectories ({cfg.learner.sample_trajectories}) must be at least run.group_size "
-            f"({size}): an update samples whole groups"
-        )
+    for key, value in (("learner.sample_trajectories", cfg.learner.sample_trajectories),
+                       ("replay.capacity", cfg.replay.capacity)):  # fmt: skip
+        if size > 1 and value < size:
+            raise ConfigError(
+                f"{key} ({value}) must be at least run.group_size ({size}): an update samples whole groups, and the "
+                "replay buffer holds them whole"
+            )
 
 
 def ranks_history(learner: LearnerConfig) -> bool:
@@ -224,6 +228,28 @@ def check_digiq(cfg: Config) -> None:
         raise ConfigError(
             "learner.digiq needs actor_iterations >= 1 and critic_iterations >= 1 (or critic_path, a finished critic)"
         )
+
+
+def check_grpo(cfg: Config) -> None:
+    learner = cfg.learner
+    if learner.grpo.clip_low >= 1:
+        raise ConfigError(
+            f"learner.grpo.clip_low must be below 1, got {learner.grpo.clip_low}: the ratio's lower clip is "
+            "1 - clip_low, and a ratio is never negative"
+        )
+    if learner.prob_clamp:
+        raise ConfigError(
+            "learner.prob_clamp is DigiRL's clamp inside the log-likelihood; GRPO's ratio needs the policy's own "
+            "log-probs: set learner.prob_clamp: false"
+        )
+    if learner.grpo.kl_coef > 0 and learner.sharding == "fsdp2" and not cfg.policy.lora.enabled:
+        raise ConfigError(
+            "learner.grpo.kl_coef > 0 keeps a frozen copy of the starting weights, which learner.sharding = 'fsdp2' "
+            "does not shard; use LoRA (policy.lora.enabled: the reference is the base with the adapter off) or "
+            "learner.grpo.kl_coef: 0"
+        )
+    if cfg.run.training != "online" and learner.offline_iterations < 1:
+        raise ConfigError(f"run.training = {cfg.run.training!r} needs learner.offline_iterations >= 1")
 
 
 PATH_KEYS = ("policy.path", "policy.vision_path", "evaluator.judge.exemplars")

@@ -7,6 +7,11 @@ them (the step critic's transitions, filtered BC's and PAE's data). What it evic
 run folder and stays in the history (rlsys.data.history), which DigiRL's instruction critic and
 curriculum rank whole: `summaries` and `fetch`.
 
+Rollout groups (`run.group_size` > 1, rlsys.core.types.rollout_group) enter and leave whole: the driver adds a
+group in one call once all its members have arrived, eviction and staleness remove every stored member of a group
+together, and `sample(..., whole_groups=True)` returns the newest groups whole. So a group's stored members always
+sit next to each other, in arrival order.
+
 A checkpoint of the buffer (`save`) references the trajectories the run's shards already hold instead of
 copying them (`run.checkpoint_replay: reference`): `replay.parquet` then lists the stored trajectory ids in
 order with the shard each one is read back from, and only those no shard holds yet are copied, to
@@ -24,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from rlsys.core.types import Trajectory
+from rlsys.core.types import Trajectory, rollout_group
 from rlsys.data import checkpoint
 from rlsys.data import shards as storage
 from rlsys.data.history import Summaries, TrajectoryHistory
@@ -75,7 +80,7 @@ class ReplayBuffer:
             self._store(traj, size)
             self.added += 1
             kept += 1
-            self._evict()
+        self._evict()  # after the whole call, so that a group it brings never leaves in part
         self.history.evicted(self._evicting)
         self._evicting = []
         return kept
@@ -104,10 +109,11 @@ class ReplayBuffer:
 
     def _evict(self) -> None:
         while len(self._slot) > self.capacity or self._bytes > self.max_bytes:
-            self._pop_oldest()
-            self.evicted += 1
+            group = rollout_group(self._pop_oldest().task)
+            while group is not None and self._slot and rollout_group(self._order[self._head].task) == group:
+                self._pop_oldest()  # the rest of its group, which arrived with it
 
-    def _pop_oldest(self) -> None:
+    def _pop_oldest(self) -> Trajectory:
         traj = self._order[self._head]
         self._order[self._head] = None
         self._head += 1
@@ -118,6 +124,8 @@ class ReplayBuffer:
             del self._order[: self._head]
             self._offset += self._head
             self._head = 0
+        self.evicted += 1
+        return traj
 
     def _rebuild(self, trajectories: list[Trajectory]) -> None:
         self._order = trajectories
@@ -126,13 +134,15 @@ class ReplayBuffer:
         self._slot = {t.id: i for i, t in enumerate(trajectories)}
 
     def drop_older_than(self, min_version: int) -> int:
-        """Remove trajectories collected by a policy older than `min_version`; counted as stale. Offline
-        data (version -1) is never stale: no policy of this run collected it."""
+        """Remove trajectories collected by a policy older than `min_version`, with the rest of their rollout
+        groups; counted as stale. Offline data (version -1) is never stale: no policy of this run collected it."""
         if not any(0 <= v < min_version for v in self._versions):
             return 0
+        stale_groups = {rollout_group(t.task) for t in self.all() if 0 <= t.policy_version < min_version}
+        stale_groups.discard(None)
         keep, stale = [], []
         for traj in self.all():
-            if 0 <= traj.policy_version < min_version:
+            if 0 <= traj.policy_version < min_version or rollout_group(traj.task) in stale_groups:
                 self._account(traj, -1)
                 stale.append(traj.id)
             else:
@@ -142,15 +152,33 @@ class ReplayBuffer:
         self.dropped_stale += len(stale)
         return len(stale)
 
-    def sample(self, n: int, min_version: int | None = None) -> list[Trajectory]:
-        """Up to `n` distinct trajectories drawn uniformly (all of them when fewer are stored)."""
+    def sample(self, n: int, min_version: int | None = None, whole_groups: bool = False) -> list[Trajectory]:
+        """Up to `n` distinct trajectories drawn uniformly (all of them when fewer are stored). `whole_groups`: the
+        newest rollout groups instead, every stored member of each, newest group first until the next would pass
+        `n` trajectories (a trajectory of no group is a group of its own); returned in arrival order."""
         if min_version is not None:
             self.drop_older_than(min_version)
+        if whole_groups:
+            return self._newest_groups(n)
         size = len(self._slot)
         if n >= size:
             return self.all()
         # the same draw as sampling the list of stored trajectories, without building that list
         return [self._order[self._head + i] for i in self._rng.sample(range(size), n)]
+
+    def _newest_groups(self, n: int) -> list[Trajectory]:
+        groups: list[list[Trajectory]] = []  # newest first
+        taken, end = 0, len(self._order)  # self._order[start:end]: one group's stored members
+        while end > self._head:
+            start = end - 1
+            group = rollout_group(self._order[start].task)
+            while group is not None and start > self._head and rollout_group(self._order[start - 1].task) == group:
+                start -= 1
+            if taken + end - start > n:
+                break
+            groups.append(self._order[start:end])
+            taken, end = taken + end - start, start
+        return [traj for members in reversed(groups) for traj in members]
 
     def summaries(self, min_version: int | None = None) -> Summaries:
         """Every trajectory of the history, in memory or spilled, as columns (see TrajectoryHistory)."""

@@ -123,7 +123,8 @@ def test_a_task_longer_than_the_limit_names_the_file_and_task(tmp_path):
         (["run.group_size=0"], r"run\.group_size must be at least 1, got 0"),
         (["run.rollout_size=6", "run.group_size=4"], r"run\.rollout_size \(6\) .* multiple of run\.group_size \(4\)"),
         (["learner.algorithm=grpo"], r"run\.group_size to at least 2 \(got 1\)"),
-        (["learner.sample_trajectories=2", "run.group_size=4", "run.rollout_size=8"], r"at least run\.group_size"),
+        (["learner.sample_trajectories=2", "run.group_size=4", "run.rollout_size=8"], r"sample_trajectories \(2\)"),
+        (["replay.capacity=3", "run.group_size=4", "run.rollout_size=8"], r"replay\.capacity \(3\) .* run\.group_size"),
         (["run.broken_groups=mend"], r"run\.broken_groups"),
     ],
 )

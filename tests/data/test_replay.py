@@ -112,6 +112,43 @@ def test_offline_data_is_never_stale():
     assert sorted(buf.summaries(min_version=4).versions.tolist()) == [-1, -1, -1, -1, 4, 5]
 
 
+def group(name: str, versions: list[int], seed: int = 0, outcome: str = "success") -> list[Trajectory]:
+    """A rollout group: one trajectory per version listed, all of the task copy that names group `name`."""
+    members = [trajectory(1, outcome, version=v, seed=seed + i) for i, v in enumerate(versions)]
+    for t in members:
+        t.task.meta.update(rollout_group=name, group_size=len(versions))
+    return members
+
+
+def ids(trajectories: list[Trajectory]) -> list[str]:
+    return [t.id for t in trajectories]
+
+
+def test_the_newest_groups_are_sampled_whole():
+    buf = ReplayBuffer(capacity=100, max_bytes=1 << 30)
+    offline = [trajectory(1, version=-1, seed=90 + i) for i in range(2)]  # no group: each a group of its own
+    old, middle, kept_broken = group("0", [0] * 4), group("1", [0] * 4, seed=10), group("2", [1] * 3, seed=20)
+    for trajectories in (offline, old, middle, kept_broken):
+        buf.add(trajectories)
+    # newest first while whole groups fit: the 3 of group 2 and the 4 of group 1 (group 0 would make 11)
+    assert ids(buf.sample(8, whole_groups=True)) == ids(middle + kept_broken)
+    assert ids(buf.sample(3, whole_groups=True)) == ids(kept_broken) and buf.sample(2, whole_groups=True) == []
+    assert ids(buf.sample(100, whole_groups=True)) == ids(offline + old + middle + kept_broken)
+    assert len(buf.sample(8)) == 8  # a uniform draw cuts groups
+
+
+def test_groups_leave_whole_when_evicted_or_stale():
+    buf = ReplayBuffer(capacity=10, max_bytes=1 << 30)
+    first, second, third = group("0", [0] * 4), group("1", [0, 1, 1, 1], seed=10), group("2", [1] * 4, seed=20)
+    buf.add(first)
+    buf.add(second)
+    buf.add(third)  # 12 stored for a capacity of 10: the oldest group goes whole
+    assert ids(buf.all()) == ids(second + third) and buf.evicted == 4
+    # one member of group 1 is older than version 1: the whole group is stale
+    assert ids(buf.sample(100, min_version=1, whole_groups=True)) == ids(third)
+    assert buf.stats()["dropped_stale"] == 4 and buf.summaries(min_version=1).ids == ids(third)
+
+
 def web_like_trajectory(seed: int, steps: int = 5, elements: int = 40) -> Trajectory:
     """Shaped like a web episode: PNG bytes, an element list, ui text, action history and infos."""
     rng = np.random.default_rng(seed)

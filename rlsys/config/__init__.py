@@ -18,6 +18,7 @@ from rlsys.config.learner import (
     DigiQConfig,
     DigiQRepresentationConfig,
     DigiRLConfig,
+    GRPOConfig,
     LearnerConfig,
 )
 from rlsys.config.loader import (
@@ -47,6 +48,7 @@ __all__ = [
     "EnvConfig",
     "EvaluatorConfig",
     "EvaluatorPoolConfig",
+    "GRPOConfig",
     "JudgeConfig",
     "LearnerConfig",
     "LoraConfig",

@@ -89,6 +89,23 @@ class DigiQConfig:
 
 
 @dataclass
+class GRPOConfig:
+    """GRPO (docs/algorithms/grpo.md): group-relative advantages over each rollout group (`run.group_size`) and a
+    clipped surrogate against the proximal policy; the behaviour weight's cap is `learner.importance_clip`."""
+
+    scale_by_std: bool = True  # advantages (R - mean) / std over the group; false: R - mean (Dr. GRPO)
+    clip_low: float = 0.2  # the per-token ratio is clipped to [1 - clip_low, 1 + clip_high]
+    clip_high: float = 0.28  # DAPO's clip-higher (PPO's symmetric clip: 0.2)
+    # token_mean: every action token of the step weighs the same (DAPO); sequence_mean: each action's token mean,
+    # averaged over actions (GRPO's original)
+    reduction: Literal["token_mean", "sequence_mean"] = "token_mean"
+    kl_coef: float = 0.0  # > 0: a k3 KL per token to the weights the run started with (LoRA: the adapter off)
+    # passes over an update's action samples, in steps of batch_size x grad_accumulation (learner.updates_per_iteration
+    # does not apply)
+    epochs: int = 1
+
+
+@dataclass
 class LearnerConfig:
     algorithm: Literal["filtered_bc", "sft", "digirl", "digiq", "grpo"] = "filtered_bc"
     # filtered_bc: `success` keeps successes; `quantile` (DigiRL's baseline) keeps trajectory rewards at or above
@@ -122,6 +139,7 @@ class LearnerConfig:
     importance_clip: float = 1.0
     digirl: DigiRLConfig = field(default_factory=DigiRLConfig)
     digiq: DigiQConfig = field(default_factory=DigiQConfig)
+    grpo: GRPOConfig = field(default_factory=GRPOConfig)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     num_cpus: float = 1.0
     num_learners: int = 1  # a data-parallel group: one process (and one GPU, when there are GPUs) each

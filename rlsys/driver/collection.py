@@ -5,6 +5,9 @@ versions old are dropped and counted) and, at the end of each iteration, to the 
 `trajectories/`; evaluation episodes go to shards of their own in `eval/`, beside it, so that
 reading `trajectories/` gives training data alone. The counters here (trajectories, env steps,
 outcomes) are what a checkpoint records and a resumed run restores.
+
+A rollout group (`run.group_size` > 1) goes to the buffer whole, once all its members have arrived
+(`rlsys/driver/groups.py` says what goes, and when).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from rlsys.config import Config
 from rlsys.core.types import Trajectory, task_group
 from rlsys.data.shards import ShardWriter
 from rlsys.driver.dashboard import RunMetrics
+from rlsys.driver.groups import RolloutGroups
 from rlsys.driver.metrics import judge_costs, summarize_eval
 from rlsys.envs.tasks import TaskSource, eval_groups, eval_tasks
 
@@ -36,6 +40,7 @@ class Collector:
         self.counters: Counter = Counter()
         self.trajectories: list[Trajectory] = []  # this iteration's training trajectories
         self.new_trainable = 0  # trainable trajectories that reached the buffer since the last update
+        self.groups = RolloutGroups(cfg.run.broken_groups)
         self.last_eval: list[Trajectory] = []  # the latest evaluation's episodes
         self.dashboard = RunMetrics(cfg.run.name)
 
@@ -91,6 +96,8 @@ class Collector:
             "time/iteration_s": elapsed_s,
             "time/env_steps_per_s": sum(len(t.steps) for t in trajs) / elapsed_s,
         }
+        if self.cfg.run.group_size > 1:
+            record.update(self.groups.take_counts())
         record.update(per_group_success(trainable))
         record.update(judge_costs(trajs, "train"))
         return record
@@ -119,8 +126,7 @@ class Collector:
             eval_sink.extend(t for t, explore in finished if not explore)
         if not train:
             return
-        fresh = [t for t in train if min_version is None or not t.trainable or t.policy_version >= min_version]
-        self.counters["dropped_stale"] += len(train) - len(fresh)
+        fresh = self.groups.settle(train, min_version, self.counters)
         self.buffer.add.remote(fresh)  # actor calls from one caller run in order
         self.trajectories += train
         steps = sum(len(t.steps) for t in train)

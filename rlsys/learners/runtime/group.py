@@ -85,7 +85,9 @@ class LearnerGroup:
     def start_update(self, min_version: int | None, offline_iteration: int | None = None) -> list[ray.ObjectRef]:
         """Launch one iteration on every rank; its trajectories are sampled once, after every add this
         driver sent before (calls from one caller to one actor run in order)."""
-        sample = self.buffer.sample.remote(self.cfg.learner.sample_trajectories, min_version)
+        # rollout groups whole (GRPO compares a group's members); offline data, an offline phase's, has none
+        whole_groups = self.cfg.run.group_size > 1 and offline_iteration is None
+        sample = self.buffer.sample.remote(self.cfg.learner.sample_trajectories, min_version, whole_groups)
         return self.call("update", sample, offline_iteration, min_version)
 
     def finished(self, refs: list[ray.ObjectRef]) -> bool:

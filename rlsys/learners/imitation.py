@@ -104,15 +104,19 @@ class ActorUpdate:
         contributes no gradient."""
         self.policy.train()
         self._stats = []
-        split = self._chunks if self.token_budget and hasattr(self.policy, "sequence_lengths") else None
         metrics = train_steps(
-            self.optimizer, items, self.loss_sum, steps, self.cfg, self.rng, select=choose, split=split
+            self.optimizer, items, self.loss_sum, steps, self.cfg, self.rng, select=choose, split=self.split
         )
         if self._stats:
             metrics["actor/importance_weight"] = float(np.mean([m for m, _, _ in self._stats]))
             metrics["actor/importance_clipped"] = sum(c for _, c, _ in self._stats)
             metrics["actor/no_behaviour_logprob"] = sum(u for _, _, u in self._stats)
         return metrics
+
+    @property
+    def split(self) -> Callable[[list[ActorSample]], list[list[ActorSample]]] | None:
+        """How train_steps cuts a shard to the token budget; None where there is none."""
+        return self._chunks if self.token_budget and hasattr(self.policy, "sequence_lengths") else None
 
     def _chunks(self, batch: list[ActorSample]) -> list[list[ActorSample]]:
         """A shard cut to the token budget (token_budget.py)."""

@@ -37,6 +37,12 @@ def _digiq(cfg, policy, seed, device, correct_off_policy):
     return DigiQ(cfg, policy, seed=seed, device=device, correct_off_policy=correct_off_policy)
 
 
+def _grpo(cfg, policy, seed, device, correct_off_policy):
+    from rlsys.learners.grpo.algorithm import GRPO
+
+    return GRPO(cfg, policy, seed=seed)  # its behaviour weight is part of its objective, in either mode
+
+
 def _digirl_offline(cfg: LearnerConfig) -> int:
     d = cfg.digirl
     return d.offline_instruction_critic_iterations + d.offline_step_critic_iterations + d.offline_actor_iterations
@@ -46,6 +52,7 @@ ALGORITHMS: dict[str, Algorithm] = {
     "filtered_bc": Algorithm(_filtered_bc, lambda cfg: cfg.offline_iterations),
     "sft": Algorithm(_filtered_bc, lambda cfg: cfg.offline_iterations),
     "digirl": Algorithm(_digirl, _digirl_offline),
+    "grpo": Algorithm(_grpo, lambda cfg: cfg.offline_iterations),
     "digiq": Algorithm(
         _digiq,
         lambda cfg: digiq_schedule.offline_iterations(cfg.digiq),

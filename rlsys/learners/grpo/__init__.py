@@ -1,1 +1,1 @@
-"""Group-relative policy optimisation for multi-turn agents (docs to come with the algorithm)."""
+"""Group-relative policy optimisation for multi-turn agents (docs/algorithms/grpo.md)."""

@@ -50,6 +50,7 @@ def test_a_sync_run_plays_whole_groups_and_learns_from_whole_groups(ray_session,
         tasks__suite="synthweb",
         tasks__synthweb={"num_tasks": 20, "max_depth": 2},
         runners__resource="browser",
+        policy__kind="element_pointer",  # builds in a fraction of the tiny T5's time
         run__rollout_size=8,
         run__group_size=4,
         run__checkpoint_every=0,

@@ -88,7 +88,7 @@ def test_the_loss_of_a_group_of_four_by_hand(reduction):
     else:
         expected = LossSum(-sum(per_token), 4)
     assert loss.count == expected.count
-    assert float(loss.total) == pytest.approx(expected.total, rel=1e-5)
+    assert loss.total.item() == pytest.approx(expected.total, rel=1e-5)
     metrics = algo.token_metrics()
     assert metrics["grpo/clip_fraction_high"] == pytest.approx(n[0] / sum(n))
     assert metrics["grpo/clip_fraction_low"] == pytest.approx(n[1] / sum(n))
@@ -133,7 +133,7 @@ def test_the_kl_term_against_a_hand_k3_to_a_reference_that_differs(kind):
     torch.testing.assert_close(torch.cat([s.reference for s in samples]), ref[mask].detach(), rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(policy.token_logprobs([OBS] * 4, ACTIONS)[0], logp)  # the adapter is back on
     gained = with_kl.loss_sum(samples).total - without.loss_sum(samples).total
-    assert float(gained) == pytest.approx(0.5 * float(k3.sum()), rel=1e-4)
+    assert gained.item() == pytest.approx(0.5 * float(k3.sum()), rel=1e-4)
     assert with_kl.token_metrics()["grpo/kl"] == pytest.approx(float(k3.mean()), rel=1e-4)
 
 
@@ -198,7 +198,7 @@ def test_the_behaviour_weight_applies_where_mu_differs():
     _, mask = policy.token_logprobs([OBS] * 4, ACTIONS)
     n = mask.sum(-1).tolist()
     expected = -sum(s.advantage * w * k for s, w, k in zip(samples, [0.5, 1.5, 1.0, 1.0], n))
-    assert float(algo.loss_sum(samples).total) == pytest.approx(expected, rel=1e-4)
+    assert algo.loss_sum(samples).total.item() == pytest.approx(expected, rel=1e-4)
 
 
 def test_at_policy_lag_zero_the_behaviour_weight_is_one():

@@ -1,6 +1,6 @@
 """Every algorithm on the synthetic suite's settings at equal env steps, over seeds: the runs that test the
 predictions written before them in docs/algorithms/predictions.md (settings S1-S4, arms FBC-s, FBC-q, D, D-c,
-D-lam1 and the sanity arm S). This script is the protocol; it changes no setting or arm after seeing results
+D-lam1, the sanity arm S and GRPO, G). This script is the protocol; it changes no setting or arm after seeing results
 (a new setting is added under a new name, as the predictions page says).
 
     python benchmarks/synthweb_bench.py --settings S1 --seeds 0 1 2 3 4 5 6 7 8 9
@@ -64,6 +64,8 @@ ARMS = {
     "D-lam1": ["learner.algorithm=digirl", "learner.digirl.lam=1.0"],
     "S": ["learner.algorithm=digirl", "learner.digirl.curriculum_quantile=0.0", "learner.digirl.lam=1.0",
           "learner.digirl.actor_reduction=token_mean"],
+    # GRPO (predictions.md, "GRPO on S1"): groups of 4, each update on that iteration's groups alone
+    "G": ["learner.algorithm=grpo", "run.group_size=4", "learner.sample_trajectories=32", "learner.grpo.epochs=2"],
 }  # fmt: skip
 DIGIRL_SIZES = ["learner.digirl.text_hidden=32", "learner.digirl.image_feature_dim=32"]
 # filtered BC takes as many actor steps an iteration as DigiRL's actor (learner.digirl.actor_steps)

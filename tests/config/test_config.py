@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlsys.config import REDACTED, ConfigError, load_config, save_config, unresolved_dict
+from rlsys.config import REDACTED, ConfigError, load_config, save_config, to_dict, unresolved_dict
 from tests.support.train_command import run_train
 
 
@@ -156,6 +156,8 @@ def test_an_unknown_config_name_lists_the_packaged_ones(tmp_path, monkeypatch):
         ("digirl_off2on.yaml", "policy.path"),
         ("filteredbc_offline.yaml", "policy.path"),
         ("pae_webvoyager.yaml", "tasks.file"),
+        ("grpo_aitw_general.yaml", "tasks.file"),
+        ("grpo_webvoyager.yaml", "tasks.file"),
     ],
 )
 def test_recipes_name_the_model_path_to_set(name, first_missing, tmp_path, monkeypatch, capsys):
@@ -185,3 +187,27 @@ def test_recipe_defaults_are_the_published_ones():
     assert (judge.model_id, judge.max_tokens, judge.temperature) == ("anthropic.claude-3-sonnet-20240229-v1:0", 1000, 0)
     proposer = load_config(RECIPES / "pae_propose.yaml").proposer
     assert (proposer.llm.provider, proposer.tasks_per_site, proposer.llm.max_tokens) == ("bedrock", 25, 4096)
+
+
+@pytest.mark.parametrize(
+    "name, derives_from",
+    [
+        ("grpo_quickstart", "quickstart"),
+        ("grpo_aitw_general", "digirl_aitw_general"),
+        ("grpo_webvoyager", "pae_webvoyager"),
+    ],
+)
+def test_grpo_recipes_learn_each_iterations_groups_on_their_parents_setting(name, derives_from):
+    """A GRPO recipe is its parent's env, tasks, policy and judge learnt with GRPO (LoRA dropout aside, which would
+    move the first step's ratios off 1), each update on its own iteration's groups, and a KL only where the reference
+    is the LoRA base rather than a second copy of the model."""
+    grpo, parent = load_config(RECIPES / f"{name}.yaml"), load_config(RECIPES / f"{derives_from}.yaml")
+    assert grpo.learner.algorithm == "grpo" and grpo.run.group_size >= 2
+    assert grpo.learner.sample_trajectories == grpo.run.rollout_size
+    assert (grpo.env, grpo.tasks, grpo.evaluator) == (parent.env, parent.tasks, parent.evaluator)
+    policy, parent_policy = to_dict(grpo.policy), to_dict(parent.policy)
+    if grpo.policy.lora.enabled:
+        assert policy["lora"].pop("dropout") == 0
+        parent_policy["lora"].pop("dropout")
+    assert policy == parent_policy
+    assert grpo.learner.grpo.kl_coef == 0 or grpo.policy.lora.enabled

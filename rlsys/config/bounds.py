@@ -74,6 +74,8 @@ BOUNDS: dict[str, tuple[float, bool]] = {
     "learner.grpo.clip_high": AT_LEAST_0,
     "learner.grpo.kl_coef": AT_LEAST_0,
     "learner.grpo.epochs": AT_LEAST_1,
+    "learner.grpo.step_weight": AT_LEAST_0,
+    "learner.grpo.step_gamma": AT_LEAST_0,
     "learner.group_timeout_s": ABOVE_0,
     "learner.num_cpus": AT_LEAST_0,
 }

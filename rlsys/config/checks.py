@@ -237,6 +237,13 @@ def check_grpo(cfg: Config) -> None:
             f"learner.grpo.clip_low must be below 1, got {learner.grpo.clip_low}: the ratio's lower clip is "
             "1 - clip_low, and a ratio is never negative"
         )
+    if learner.grpo.step_gamma > 1:
+        raise ConfigError(f"learner.grpo.step_gamma must be at most 1, got {learner.grpo.step_gamma}: it is a discount")
+    if learner.grpo.step_groups and cfg.env.kind == "android":
+        raise ConfigError(
+            "learner.grpo.step_groups finds the steps taken from one state by their observations' text, and an Android "
+            "screen has none (only its screenshot): no step would ever be grouped; set learner.grpo.step_groups: false"
+        )
     if learner.prob_clamp:
         raise ConfigError(
             "learner.prob_clamp is DigiRL's clamp inside the log-likelihood; GRPO's ratio needs the policy's own "

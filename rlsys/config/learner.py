@@ -103,6 +103,12 @@ class GRPOConfig:
     # passes over an update's action samples, in steps of batch_size x grad_accumulation (learner.updates_per_iteration
     # does not apply)
     epochs: int = 1
+    # GiGPO's step-level groups: within a rollout group, the steps taken from one state (same ui_text, element values,
+    # location and task text) are compared by their discounted return; each action's advantage is A_traj + step_weight
+    # x A_step
+    step_groups: bool = False
+    step_weight: float = 1.0
+    step_gamma: float = 0.95  # the discount of each step's return from that step on
 
 
 @dataclass

@@ -5,6 +5,7 @@ import pytest
 from rlsys.config import ConfigError, load_config
 
 GROUPS = ["learner.algorithm=grpo", "run.group_size=4", "run.rollout_size=8"]
+ANDROID = ["env.kind=android", "env.action_space=autoui", "policy.kind=autoui", "tasks.suite=aitw-general"]
 
 
 def test_defaults_are_grpo_with_dapos_clip_higher_and_token_mean():
@@ -14,6 +15,7 @@ def test_defaults_are_grpo_with_dapos_clip_higher_and_token_mean():
     )  # fmt: skip
     dr_grpo = load_config(None, GROUPS + ["learner.grpo.scale_by_std=false", "learner.grpo.reduction=sequence_mean"])
     assert (dr_grpo.learner.grpo.scale_by_std, dr_grpo.learner.grpo.reduction) == (False, "sequence_mean")
+    assert (g.step_groups, g.step_weight, g.step_gamma) == (False, 1.0, 0.95)  # GiGPO's omega and gamma, off
 
 
 @pytest.mark.parametrize(
@@ -25,6 +27,10 @@ def test_defaults_are_grpo_with_dapos_clip_higher_and_token_mean():
         (["learner.grpo.kl_coef=-1"], r"learner\.grpo\.kl_coef must be at least 0"),
         (["learner.grpo.epochs=0"], r"learner\.grpo\.epochs must be at least 1"),
         (["learner.grpo.reduction=sum"], r"learner\.grpo\.reduction"),
+        (["learner.grpo.step_weight=-0.5"], r"learner\.grpo\.step_weight must be at least 0"),
+        (["learner.grpo.step_gamma=1.5"], r"learner\.grpo\.step_gamma must be at most 1"),
+        (["learner.grpo.step_gamma=-0.1"], r"learner\.grpo\.step_gamma must be at least 0"),
+        (["learner.grpo.step_groups=true", *ANDROID], r"learner\.grpo\.step_groups .* an Android screen has none"),
         (["learner.grpo.clip_hi=0.3"], r"learner\.grpo\.clip_high"),  # the closest valid key
         (["learner.prob_clamp=true"], r"learner\.prob_clamp"),
         (

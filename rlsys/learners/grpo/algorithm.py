@@ -1,5 +1,7 @@
 """GRPO for multi-turn agents (docs/algorithms/grpo.md): every trajectory of a group played from one task gets its
-group-relative advantage on every action token of every turn, and the policy climbs a clipped surrogate.
+group-relative advantage on every action token of every turn, and the policy climbs a clipped surrogate. With
+`step_groups` on, each action's advantage adds step_weight x its own among the steps taken from the same state
+(GiGPO; steps.py).
 
 The ratio is AReaL's decoupled one. rlsys records each action's behaviour log-prob as one number per action (and
 its sampled token ids), not per token, so the per-token ratio is taken against the proximal policy: the weights
@@ -15,7 +17,7 @@ import torch
 
 from rlsys.config import LearnerConfig
 from rlsys.core.types import Trajectory
-from rlsys.learners.grpo.groups import GroupSample, group_samples
+from rlsys.learners.grpo.groups import GroupSample, StepGrouping, group_samples
 from rlsys.learners.grpo.objective import clipped_surrogate, kl_k3, reduce
 from rlsys.learners.grpo.passes import Passes, steps_for
 from rlsys.learners.grpo.reference import ReferencePolicy
@@ -34,12 +36,13 @@ class GRPO:
         # the actor's optimizer, draws and token budget (its own loss is not used)
         self.actor = ActorUpdate(cfg, policy, "token_mean", correct_off_policy=False, seed=seed)
         self.reference = ReferencePolicy(policy) if self.g.kl_coef > 0 else None
+        self.steps = StepGrouping(self.g.step_weight, self.g.step_gamma) if self.g.step_groups else None
         self._tokens = np.zeros(4)  # per update: action tokens, clipped low, clipped high, summed k3
 
     def update(
         self, trajectories: list[Trajectory], offline_iteration: int | None = None, history: History | None = None
     ) -> dict:
-        groups = group_samples(trajectories, self.g.scale_by_std)
+        groups = group_samples(trajectories, self.g.scale_by_std, self.steps)
         samples = groups.samples
         metrics = groups.metrics() | policy_lag(groups.trained, self.actor.trained_version)
         if not samples:

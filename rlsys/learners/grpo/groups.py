@@ -1,8 +1,10 @@
 """From a sample of whole rollout groups (`run.group_size`: the copies of one drawn task, played from one start, name
 their group in `task.meta["rollout_group"]`) to GRPO's training samples: each group's trajectory rewards give every
 member its group-relative advantage (objective.group_advantages), carried by every action of every turn it took
-(selection.imitable_steps). A group whose rewards are all equal, or with fewer than two trainable members, is
-skipped and counted, and so are trajectories played alone."""
+(selection.imitable_steps). With step-level groups (steps.py) an action's advantage is its trajectory's plus
+step_weight x its own A_step. A group whose actions all carry 0 (every reward equal and, with step-level groups, no
+anchor group whose returns differ), or with fewer than two trainable members, is skipped and counted, and so are
+trajectories played alone."""
 
 from __future__ import annotations
 
@@ -14,14 +16,16 @@ import torch
 
 from rlsys.core.types import Trajectory, rollout_group
 from rlsys.learners.grpo.objective import group_advantages, informative
+from rlsys.learners.grpo.steps import step_advantages
 from rlsys.learners.imitation import ActorSample
 from rlsys.learners.selection import imitable_steps
 
 
 @dataclass
 class GroupSample(ActorSample):
-    """One action with its trajectory's advantage, and what the update scores before its first step: the
-    per-token log-probs (its real tokens, in order) under the proximal policy and, with the KL on, the reference."""
+    """One action with its advantage (its trajectory's, plus step_weight x A_step with step-level groups), and what
+    the update scores before its first step: the per-token log-probs (its real tokens, in order) under the proximal
+    policy and, with the KL on, the reference."""
 
     advantage: float = 0.0
     proximal: torch.Tensor | None = None
@@ -37,6 +41,8 @@ class Groups:
     small: int = 0
     ungrouped: int = 0
     advantages: list[float] = field(default_factory=list)  # one per trajectory of the groups kept
+    step_groups: int = 0  # anchor groups of two or more steps, in the groups kept
+    step_grouped: int = 0  # samples whose step is in one of them
 
     def metrics(self) -> dict:
         return {
@@ -46,10 +52,20 @@ class Groups:
             "grpo/ungrouped_trajectories": self.ungrouped,
             "grpo/samples": len(self.samples),
             "grpo/advantage_abs_mean": float(np.mean(np.abs(self.advantages))) if self.advantages else None,
+            "grpo/step_groups": self.step_groups,
+            "grpo/step_grouped_actions": self.step_grouped,
         }
 
 
-def group_samples(trajectories: list[Trajectory], scale_by_std: bool) -> Groups:
+@dataclass(frozen=True)
+class StepGrouping:
+    """learner.grpo.step_weight (omega) and step_gamma, where learner.grpo.step_groups is on."""
+
+    weight: float
+    gamma: float
+
+
+def group_samples(trajectories: list[Trajectory], scale_by_std: bool, steps: StepGrouping | None = None) -> Groups:
     """Groups in the order they first appear (every process of a learner group gets the same)."""
     members: dict[str, list[Trajectory]] = defaultdict(list)
     out = Groups()
@@ -63,19 +79,27 @@ def group_samples(trajectories: list[Trajectory], scale_by_std: bool) -> Groups:
             members[key].append(t)
     out.groups = len(members)
     for group in members.values():
-        rewards = [t.reward for t in group]
         if len(group) < 2:
             out.small += 1
-        elif not informative(rewards):
+            continue
+        rewards = [t.reward for t in group]
+        advantages = group_advantages(rewards, scale=scale_by_std).tolist()
+        imitable = [imitable_steps(t) for t in group]
+        anchored = step_advantages(group, steps.gamma, scale_by_std) if steps else None
+        # per trajectory, per step: step_weight x A_step (0 without step-level groups)
+        extra = [steps.weight * a for a in anchored.advantages] if anchored else [np.zeros(len(t.steps)) for t in group]
+        if not informative(rewards) and not any(extra[k][i] for k, idx in enumerate(imitable) for i in idx):
             out.uniform += 1
-        else:
-            advantages = group_advantages(rewards, scale=scale_by_std)
-            out.advantages += advantages.tolist()
-            for traj, advantage in zip(group, advantages.tolist()):
-                steps = [traj.steps[i] for i in imitable_steps(traj)]
-                out.samples += [
-                    GroupSample(s.observation, s.action_text, s.logprob, token_ids=s.token_ids, advantage=advantage)
-                    for s in steps
-                ]
-                out.trained += [traj] * bool(steps)
+            continue
+        out.advantages += advantages
+        for traj, advantage, idx, add in zip(group, advantages, imitable, extra):
+            for i in idx:
+                s = traj.steps[i]
+                sample = GroupSample(s.observation, s.action_text, s.logprob, token_ids=s.token_ids)
+                sample.advantage = advantage + float(add[i])
+                out.samples.append(sample)
+            out.trained += [traj] * bool(idx)
+        if anchored:
+            out.step_groups += anchored.anchor_groups
+            out.step_grouped += sum(int(anchored.grouped[k][i]) for k, idx in enumerate(imitable) for i in idx)
     return out

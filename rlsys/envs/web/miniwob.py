@@ -67,6 +67,9 @@ class MiniWoBEnv(WebEnv):
     page_state_script = (
         "return {state: [WOB_DONE_GLOBAL, WOB_RAW_REWARD_GLOBAL, WOB_REWARD_REASON], utterance: core.getUtterance()};"
     )
+    # jQuery UI's widgets (accordions, date pickers, menus) animate with jQuery's timer ticks, which a busy machine
+    # spaces further apart than the quiet window; an animation's timer leaves jQuery.timers when it is done
+    busy_script = "return window.jQuery !== undefined && jQuery.timers.length > 0;"
 
     def __init__(self, cfg: EnvConfig, env_id: str = "miniwob"):
         check_settings(cfg)

@@ -43,9 +43,9 @@ _SETTLE_ATTEMPTS = 5
 
 
 @cache
-def _observe_script(page_state: str) -> str:
+def _observe_script(page_state: str, busy: str) -> str:
     here = Path(__file__).parent
-    observe = (here / "observe.js").read_text().replace("/*EXTRA*/", page_state)
+    observe = (here / "observe.js").read_text().replace("/*EXTRA*/", page_state).replace("/*BUSY*/", busy)
     return (here / "elements.js").read_text() + "\n" + observe
 
 
@@ -106,6 +106,7 @@ class WebEnv:
     root_selector = "body"
     skip_ids: tuple[str, ...] = ()
     page_state_script = "return null;"
+    busy_script = "return false;"  # whether the page still animates by script: not settled until it is done
 
     def __init__(self, cfg: EnvConfig, env_id: str = "web", fuzzy_judge=None):
         self.cfg = cfg
@@ -478,7 +479,7 @@ class WebEnv:
     def _run_observe_script(self, events: dict, provisional_key: str | None) -> dict:
         """observe.js in the page: over DevTools where the document is loaded and not navigating away (one round
         trip), else through chromedriver, which waits for the load and stops one that outlasts env.settle_timeout_s."""
-        script = _observe_script(self.page_state_script)
+        script = _observe_script(self.page_state_script, self.busy_script)
         where = (self.root_selector, list(self.skip_ids))
         settle = (self.cfg.settle_quiet_ms, self.cfg.settle_timeout_s * 1000)
 

@@ -76,6 +76,9 @@ BOUNDS: dict[str, tuple[float, bool]] = {
     "learner.grpo.epochs": AT_LEAST_1,
     "learner.grpo.step_weight": AT_LEAST_0,
     "learner.grpo.step_gamma": AT_LEAST_0,
+    "learner.grpo.replay_per_task": AT_LEAST_1,
+    "learner.grpo.replay_tasks": AT_LEAST_1,
+    "learner.grpo.replay_max_bytes": AT_LEAST_1,
     "learner.group_timeout_s": ABOVE_0,
     "learner.num_cpus": AT_LEAST_0,
 }
@@ -100,6 +103,9 @@ LIMITS: dict[str, tuple[int, str]] = {
     "tasks.synthweb.max_distractors": (30, "a page lists them all, one row each, on a small screenshot"),
     "tasks.synthweb.max_depth": (1000, "each page of a task's path is made and kept while its episode lasts"),
     "tasks.synthweb.num_tasks": (999_999, "held-out evaluation tasks are made from the seeds after the training ones"),
+    "learner.grpo.replay_per_task": (1000, "a task's kept successes are held in the learner's memory and checkpoints"),
+    "learner.grpo.replay_tasks": (1_000_000, "every kept task's successes are in the learner's memory and checkpoints"),
+    "learner.grpo.replay_max_bytes": (1 << 36, "the kept successes are held in the learner's memory and checkpoints"),
 }
 MAX_VIEWPORT_SIDE = 8192  # pixels: above 8K (7680x4320); a screenshot is width x height x 4 bytes in every runner
 

@@ -109,6 +109,14 @@ class GRPOConfig:
     step_groups: bool = False
     step_weight: float = 1.0
     step_gamma: float = 0.95  # the discount of each step's return from that step on
+    # ARPO's replay of successes (MobileRL's AdaGRPO replays them too): the learner keeps each task's most recent
+    # successes and puts one in place of a member of a group whose members all failed alike
+    success_replay: bool = False
+    replay_per_task: int = 4  # successes kept per task (MiniWoB++: per task name; else per task id)
+    replay_tasks: int = 1000  # tasks kept; the least recently stored to or replayed from is evicted first
+    # what the kept successes may take, packed (screenshots as PNG, the rest compressed), in the learner's memory and
+    # in every checkpoint; least recently used tasks are evicted first
+    replay_max_bytes: int = 1 << 28
 
 
 @dataclass

@@ -16,6 +16,7 @@ def test_defaults_are_grpo_with_dapos_clip_higher_and_token_mean():
     dr_grpo = load_config(None, GROUPS + ["learner.grpo.scale_by_std=false", "learner.grpo.reduction=sequence_mean"])
     assert (dr_grpo.learner.grpo.scale_by_std, dr_grpo.learner.grpo.reduction) == (False, "sequence_mean")
     assert (g.step_groups, g.step_weight, g.step_gamma) == (False, 1.0, 0.95)  # GiGPO's omega and gamma, off
+    assert (g.success_replay, g.replay_per_task, g.replay_tasks, g.replay_max_bytes) == (False, 4, 1000, 1 << 28)
 
 
 @pytest.mark.parametrize(
@@ -31,6 +32,11 @@ def test_defaults_are_grpo_with_dapos_clip_higher_and_token_mean():
         (["learner.grpo.step_gamma=1.5"], r"learner\.grpo\.step_gamma must be at most 1"),
         (["learner.grpo.step_gamma=-0.1"], r"learner\.grpo\.step_gamma must be at least 0"),
         (["learner.grpo.step_groups=true", *ANDROID], r"learner\.grpo\.step_groups .* an Android screen has none"),
+        (["learner.grpo.replay_per_task=0"], r"learner\.grpo\.replay_per_task must be at least 1"),
+        (["learner.grpo.replay_tasks=0"], r"learner\.grpo\.replay_tasks must be at least 1"),
+        (["learner.grpo.replay_max_bytes=0"], r"learner\.grpo\.replay_max_bytes must be at least 1"),
+        (["learner.grpo.replay_tasks=2000000"], r"learner\.grpo\.replay_tasks must be at most 1000000, got 2000000: .*memory"),
+        (["learner.grpo.replay_per_task=5000"], r"learner\.grpo\.replay_per_task must be at most 1000"),
         (["learner.grpo.clip_hi=0.3"], r"learner\.grpo\.clip_high"),  # the closest valid key
         (["learner.prob_clamp=true"], r"learner\.prob_clamp"),
         (

@@ -1,7 +1,8 @@
 """GRPO for multi-turn agents (docs/algorithms/grpo.md): every trajectory of a group played from one task gets its
 group-relative advantage on every action token of every turn, and the policy climbs a clipped surrogate. With
 `step_groups` on, each action's advantage adds step_weight x its own among the steps taken from the same state
-(GiGPO; steps.py).
+(GiGPO; steps.py). With `success_replay` on, a group whose members all failed alike gets a stored success of its
+task in place of one of them (ARPO; replay.py).
 
 The ratio is AReaL's decoupled one. rlsys records each action's behaviour log-prob as one number per action (and
 its sampled token ids), not per token, so the per-token ratio is taken against the proximal policy: the weights
@@ -21,6 +22,7 @@ from rlsys.learners.grpo.groups import GroupSample, StepGrouping, group_samples
 from rlsys.learners.grpo.objective import clipped_surrogate, kl_k3, reduce
 from rlsys.learners.grpo.passes import Passes, steps_for
 from rlsys.learners.grpo.reference import ReferencePolicy
+from rlsys.learners.grpo.replay import SuccessReplay
 from rlsys.learners.grpo.scoring import spread, token_logprobs_of
 from rlsys.learners.history import History
 from rlsys.learners.imitation import ActorUpdate, sampled_ids
@@ -32,19 +34,25 @@ from rlsys.learners.selection import policy_lag
 class GRPO:
     def __init__(self, cfg: LearnerConfig, policy, seed: int = 0):
         self.cfg, self.g = cfg, cfg.grpo
+        g = self.g
         self.policy = policy
         # the actor's optimizer, draws and token budget (its own loss is not used)
         self.actor = ActorUpdate(cfg, policy, "token_mean", correct_off_policy=False, seed=seed)
-        self.reference = ReferencePolicy(policy) if self.g.kl_coef > 0 else None
-        self.steps = StepGrouping(self.g.step_weight, self.g.step_gamma) if self.g.step_groups else None
+        self.reference = ReferencePolicy(policy) if g.kl_coef > 0 else None
+        self.steps = StepGrouping(g.step_weight, g.step_gamma) if g.step_groups else None
+        self.replay = None
+        if g.success_replay:
+            self.replay = SuccessReplay(g.replay_per_task, g.replay_tasks, g.replay_max_bytes, seed)
         self._tokens = np.zeros(4)  # per update: action tokens, clipped low, clipped high, summed k3
 
     def update(
         self, trajectories: list[Trajectory], offline_iteration: int | None = None, history: History | None = None
     ) -> dict:
+        trajectories, replayed, metrics = self._replay_successes(trajectories)
         groups = group_samples(trajectories, self.g.scale_by_std, self.steps)
         samples = groups.samples
-        metrics = groups.metrics() | policy_lag(groups.trained, self.actor.trained_version)
+        played = [t for t in groups.trained if all(t is not r for r in replayed)]  # the lag of the runs' own episodes
+        metrics |= groups.metrics() | policy_lag(played, self.actor.trained_version)
         if not samples:
             return metrics | {"actor/updates": 0}
         metrics |= self._score_before_update(samples)
@@ -54,6 +62,15 @@ class GRPO:
         draws = Passes(self.actor.rng)
         metrics |= train_steps(self.actor.optimizer, samples, self.loss_sum, steps, c, draws, split=self.actor.split)
         return metrics | self.token_metrics()
+
+    def _replay_successes(self, trajectories: list[Trajectory]) -> tuple[list[Trajectory], list[Trajectory], dict]:
+        """With success_replay: the sample with stored successes in groups that failed whole, the successes put in,
+        and the store's counts; the sample's own successes are then stored, for later updates only."""
+        if self.replay is None:
+            return trajectories, [], {}
+        filled, replayed = self.replay.fill(trajectories)
+        self.replay.add(trajectories)
+        return filled, replayed, self.replay.metrics() | {"grpo/replayed_successes": len(replayed)}
 
     def loss_sum(self, batch: list[GroupSample]) -> LossSum:
         """-(min(rho A, clip(rho, 1 - clip_low, 1 + clip_high) A) x w - kl_coef x k3) per action token, rho =
@@ -109,7 +126,9 @@ class GRPO:
         self._tokens += [float(mask.sum()), float(low.sum()), float(high.sum()), summed_kl]
 
     def state_dict(self) -> dict:
-        return {"actor": self.actor.state_dict()}
+        return {"actor": self.actor.state_dict()} | ({"replay": self.replay.state_dict()} if self.replay else {})
 
     def load_state_dict(self, state: dict) -> None:
         self.actor.load_state_dict(state["actor"])
+        if self.replay is not None and "replay" in state:
+            self.replay.load_state_dict(state["replay"])

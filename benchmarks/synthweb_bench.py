@@ -1,7 +1,8 @@
 """Every algorithm on the synthetic suite's settings at equal env steps, over seeds: the runs that test the
 predictions written before them in docs/algorithms/predictions.md (settings S1-S4, arms FBC-s, FBC-q, D, D-c,
-D-lam1, the sanity arm S and GRPO, G). This script is the protocol; it changes no setting or arm after seeing results
-(a new setting is added under a new name, as the predictions page says).
+D-lam1, the sanity arm S, GRPO (G) and GRPO with step-level groups (G-step)). This script is the protocol; it
+changes no setting or arm after seeing results (a new setting is added under a new name, as the predictions page
+says).
 
     python benchmarks/synthweb_bench.py --settings S1 --seeds 0 1 2 3 4 5 6 7 8 9
     python benchmarks/synthweb_bench.py --settings S4 --dataset data/synthweb-s4   # benchmarks/synthweb_dataset.py
@@ -66,6 +67,8 @@ ARMS = {
           "learner.digirl.actor_reduction=token_mean"],
     # GRPO (predictions.md, "GRPO on S1"): groups of 4, each update on that iteration's groups alone
     "G": ["learner.algorithm=grpo", "run.group_size=4", "learner.sample_trajectories=32", "learner.grpo.epochs=2"],
+    "G-step": ["learner.algorithm=grpo", "run.group_size=4", "learner.sample_trajectories=32", "learner.grpo.epochs=2",
+               "learner.grpo.step_groups=true"],  # GiGPO's step-level groups (predictions.md)
 }  # fmt: skip
 DIGIRL_SIZES = ["learner.digirl.text_hidden=32", "learner.digirl.image_feature_dim=32"]
 # filtered BC takes as many actor steps an iteration as DigiRL's actor (learner.digirl.actor_steps)

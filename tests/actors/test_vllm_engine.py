@@ -1,8 +1,9 @@
 """`policy.placement: vllm`: a real vLLM engine (the CPU build, from the environment scripts/setup-vllm.sh
 builds) serving a tiny causal_lm policy built from config: constrained sampling, the behaviour log-probs
-against the learner's teacher forcing, and new weights served between requests."""
+against the learner's teacher forcing, new weights served between requests, and a GRPO update on its samples."""
 
 import json
+import math
 import os
 import re
 import signal
@@ -12,8 +13,11 @@ import ray
 import torch
 
 from rlsys.actors.weight_store import WeightStore
+from rlsys.config import LearnerConfig
 from rlsys.config.errors import ConfigError
 from rlsys.core.grammar import Grammar
+from rlsys.core.types import Step, Task, Trajectory
+from rlsys.learners.grpo.algorithm import GRPO
 from rlsys.policies import build_policy
 from rlsys.policies.grammar_regex import grammar_regex
 from rlsys.policies.weights import pack_state_dict
@@ -140,3 +144,41 @@ def test_a_killed_engine_is_restarted_and_serves_the_newest_weights(engine):
     assert ray.get(engine.pid.remote()) != pid
     assert samples[0].version == version
     assert ray.get(engine.stats.remote())["vllm/weight_syncs"] == 1  # the new engine's own first sync
+
+
+def test_a_grpo_update_on_engine_samples_weighs_them_one_and_raises_the_rewarded_action(engine):
+    """GRPO under `placement: vllm`: a group of the engine's samples for one observation, rewarded by whether they
+    match the first. A learner policy with the weights the engine serves scores the ids it sampled as it did (a
+    behaviour weight of 1 but for the kernels' rounding), and one update raises the rewarded action."""
+    engine, store, _, cfg = engine
+    policy = build_policy(cfg.policy, seed=cfg.run.seed)
+    version = ray.get(store.get_version.remote()) + 1
+    ray.get(store.publish.remote(version, pack_state_dict(policy.state_dict())))
+    obs = observation(3, editable={0})
+    samples = serve(engine, cfg, [obs] * 8)
+    assert {s.version for s in samples} == {version}
+    good = samples[0]
+    rewards = [float(s.text == good.text) for s in samples]
+    assert 0 < sum(rewards) < len(samples), [s.text for s in samples]
+    meta = {"rollout_group": "g", "group_size": len(samples)}
+    trajectories = [
+        Trajectory(
+            Task("task-g", obs.task, "synthweb", meta=dict(meta)),
+            [Step(obs, s.text, None, r, True, s.version, s.logprob, token_ids=s.token_ids)],
+            "success" if r else "failure",
+        )
+        for s, r in zip(samples, rewards)
+    ]
+
+    def logprob_of_good():
+        with torch.no_grad():
+            return float(policy.token_logprobs([obs], [good.text], [good.token_ids])[0].sum())
+
+    before = logprob_of_good()
+    learner = LearnerConfig(algorithm="grpo", lr=1e-2, batch_size=8, importance_clip=math.exp(TOLERANCE))
+    metrics = GRPO(learner, policy).update(trajectories)
+    assert (metrics["grpo/samples"], metrics["actor/updates"], metrics["actor/no_behaviour_logprob"]) == (8, 1, 0)
+    # every pi_prox / mu within the tolerance's factor of 1: none above the cap, and the mean not below its inverse
+    assert metrics["actor/importance_clipped"] == 0
+    assert metrics["actor/importance_weight"] > math.exp(-TOLERANCE)
+    assert logprob_of_good() > before

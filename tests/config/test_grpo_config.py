@@ -35,7 +35,10 @@ def test_defaults_are_grpo_with_dapos_clip_higher_and_token_mean():
         (["learner.grpo.replay_per_task=0"], r"learner\.grpo\.replay_per_task must be at least 1"),
         (["learner.grpo.replay_tasks=0"], r"learner\.grpo\.replay_tasks must be at least 1"),
         (["learner.grpo.replay_max_bytes=0"], r"learner\.grpo\.replay_max_bytes must be at least 1"),
-        (["learner.grpo.replay_tasks=2000000"], r"learner\.grpo\.replay_tasks must be at most 1000000, got 2000000: .*memory"),
+        (
+            ["learner.grpo.replay_tasks=2000000"],
+            r"learner\.grpo\.replay_tasks must be at most 1000000, got 2000000: .*memory",
+        ),
         (["learner.grpo.replay_per_task=5000"], r"learner\.grpo\.replay_per_task must be at most 1000"),
         (["learner.grpo.clip_hi=0.3"], r"learner\.grpo\.clip_high"),  # the closest valid key
         (["learner.prob_clamp=true"], r"learner\.prob_clamp"),

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from rlsys.config import load_config
-from rlsys.config.checks import check_paths
 from rlsys.core.types import Observation
 from rlsys.data.shards import read_trajectories
+from rlsys.driver.run_folder import check_before_ray
 from rlsys.envs.web.miniwob_demos import MAX_DEMO_STEPS, SUITE, NoDemonstration, next_action
 from rlsys.learners.filtered_bc import FilteredBC
 from rlsys.policies import build_policy
@@ -65,7 +65,7 @@ def test_the_shards_are_offline_data_that_sft_learns_from(demos, tmp_path):
                    "learner.offline_iterations=1", "learner.updates_per_iteration=2", "policy.kind=learned_pointer",
                    f"run.output_dir={tmp_path}", f"tasks.train=[{','.join(SUITE)}]"],
     )  # fmt: skip
-    check_paths(cfg)  # offline.data names a folder that exists
+    check_before_ray(cfg)  # what rlsys-train checks before it starts anything, offline.data's folders included
     trajectories = [t for path in cfg.offline.data for t in read_trajectories(path)]
     assert all(t.trainable for t in trajectories)
     policy = build_policy(cfg.policy, seed=0)

@@ -259,13 +259,12 @@ def test_batch_is_answered_concurrently_and_in_order(harness):
     harness.stub.responder = _answer_by_task(harness, delay_s=0.3)
     policy = harness.policy()
     tasks = [f"task number {i}" for i in range(4)]
-    t0 = time.monotonic()
     samples = policy.act([observation(t, color=(i * 60, 0, 0)) for i, t in enumerate(tasks)])
-    elapsed = time.monotonic() - t0
     assert [s.text for s in samples] == [f"Thought: working on {t}.\nAction: ANSWER; [{t}]" for t in tasks]
     assert [pae.parse(s.text, 3).text for s in samples] == tasks
+    # concurrency as the server saw it (calls one after another never overlap), not as a wall-clock bound that a
+    # loaded machine can miss while it builds the requests
     assert len(harness.stub.requests) == 4 and harness.stub.peak_in_flight >= 3
-    assert elapsed < 0.8, f"4 calls of 0.3 s took {elapsed:.2f}s: not concurrent"
     assert policy.stats()["calls"] == 4
 
 

@@ -70,6 +70,7 @@ BOUNDS: dict[str, tuple[float, bool]] = {
     "learner.sample_trajectories": AT_LEAST_1,
     "learner.max_history_fetch": AT_LEAST_1,
     "learner.grad_clip": ABOVE_0,
+    "learner.digirl.feature_cache_mb": AT_LEAST_0,
     "learner.grpo.clip_low": AT_LEAST_0,
     "learner.grpo.clip_high": AT_LEAST_0,
     "learner.grpo.kl_coef": AT_LEAST_0,

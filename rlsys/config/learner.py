@@ -34,6 +34,9 @@ class DigiRLConfig:
     image_feature_dim: int = 1408  # pooled BLIP-2 ViT-g feature of one screenshot (two are stacked)
     vision_path: str | None = None  # a Blip2VisionModel folder; None: a tiny one built from config
     image_size: int = 32  # input resolution of the vision tower built from config
+    # screenshot features kept across updates (the least recently used go first); the learner receives fresh
+    # copies of trajectories each update, so without it every update recomputes every screenshot it reads
+    feature_cache_mb: int = 512
 
 
 @dataclass

@@ -9,6 +9,7 @@ another, `offline_*_iterations` iterations each. Trajectories are split train / 
 from __future__ import annotations
 
 import random
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -29,6 +30,7 @@ from rlsys.learners.selection import imitable_steps, is_validation, policy_lag, 
 from rlsys.policies.image_features import FEATURE_KEY, PooledImageFeatures
 
 STAGES = ("instruction_critic", "step_critic", "actor")
+TEXT_KEY = "digirl_step_text"  # the frozen step encoder's vector of an observation's text
 SCORE_BATCH = 64
 
 
@@ -110,7 +112,9 @@ class DigiRL:
         }
         self.actor = ActorUpdate(cfg, policy, d.actor_reduction, correct_off_policy, seed)
         self.rng = random.Random(seed)
-        self._features: dict[tuple[str, int], np.ndarray] = {}
+        self._features: OrderedDict[tuple[str, int], dict[str, np.ndarray]] = OrderedDict()
+        cached_floats = d.image_feature_dim + self.step_critic.encoder.hidden_size * d.freeze_step_encoder
+        self._max_features = d.feature_cache_mb * 2**20 // (4 * cached_floats)
 
     # ------------------------------------------------------------------ schedule
 
@@ -145,7 +149,6 @@ class DigiRL:
         for stage, steps in self.stages(offline_iteration):
             metrics["digirl/stage"] = stage
             metrics |= getattr(self, f"_train_{stage}")(train, validation, ranked, steps)
-        self._forget_features_except(usable + ranked.fetched)
         return metrics
 
     # ------------------------------------------------------------------ instruction critic
@@ -189,49 +192,76 @@ class DigiRL:
     # ------------------------------------------------------------------ step critic
 
     def _attach_features(self, trajectories: list[Trajectory]) -> None:
-        """Screenshot features for every observation, computed once per (trajectory, step) across updates."""
-        missing = []
-        for t in trajectories:
-            for i, obs in enumerate(_observations(t)):
-                if (t.id, i) in self._features:
-                    obs.features.setdefault(FEATURE_KEY, self._features[(t.id, i)])
-                else:
-                    missing.append(((t.id, i), obs))
-        for i in range(0, len(missing), SCORE_BATCH):
-            self.images([obs for _, obs in missing[i : i + SCORE_BATCH]])
-        self._features.update((key, obs.features[FEATURE_KEY]) for key, obs in missing)
+        """Screenshot features and, with the step encoder frozen, text vectors of every observation, computed once
+        per (trajectory, step) while the cache holds them (`feature_cache_mb`, least recently used out first)."""
+        seen = [((t.id, i), obs) for t in trajectories for i, obs in enumerate(_observations(t))]
+        for key, obs in seen:
+            for name, vector in self._features.get(key, {}).items():
+                obs.features.setdefault(name, vector)
+        observations = [obs for _, obs in seen]
+        for i in range(0, len(observations), SCORE_BATCH):
+            self.images(observations[i : i + SCORE_BATCH])
+            if self.step_critic.frozen_encoder:
+                self._text_vectors(observations[i : i + SCORE_BATCH])
+        for key, obs in seen:
+            self._features[key] = {name: obs.features[name] for name in (FEATURE_KEY, TEXT_KEY) if name in obs.features}
+            self._features.move_to_end(key)
+        while len(self._features) > self._max_features:
+            self._features.popitem(last=False)
 
-    def _forget_features_except(self, trajectories: list[Trajectory]) -> None:
-        keep = {(t.id, i) for t in trajectories for i in range(len(_observations(t)))}
-        self._features = {key: f for key, f in self._features.items() if key in keep}
+    def _text_vectors(self, observations: list[Observation]) -> torch.Tensor:
+        """The step critic's text input; a frozen encoder's vectors are computed once and kept on the observation."""
+        if not self.step_critic.frozen_encoder:
+            return self.step_critic.encode([critic_text(o) for o in observations])
+        missing = [o for o in observations if TEXT_KEY not in o.features]
+        if missing:
+            vectors = self.step_critic.encode([critic_text(o) for o in missing]).float().cpu().numpy()
+            for obs, vector in zip(missing, vectors):
+                obs.features[TEXT_KEY] = vector
+        return torch.from_numpy(np.stack([o.features[TEXT_KEY] for o in observations])).to(self.device)
 
     def _stacked(self, pairs: list[tuple[Observation, Observation]]) -> torch.Tensor:
         first = self.images([a for a, _ in pairs])
         second = self.images([b for _, b in pairs])
         return torch.cat([first, second], dim=-1)
 
+    def _state_logits(self, states: list[tuple[Observation, Observation]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The step critic's two heads on states (previous, current): the current text, both screenshots."""
+        return self.step_critic(self._text_vectors([cur for _, cur in states]), self._stacked(states))
+
     def step_logits(self, transitions: list[Transition], next_state: bool) -> tuple[torch.Tensor, torch.Tensor]:
         triples = [tr.observations() for tr in transitions]
-        if next_state:
-            texts, pairs = [critic_text(nxt) for _, _, nxt in triples], [(cur, nxt) for _, cur, nxt in triples]
-        else:
-            texts, pairs = [critic_text(cur) for _, cur, _ in triples], [(prev, cur) for prev, cur, _ in triples]
-        return self.step_critic(texts, self._stacked(pairs))
+        return self._state_logits([(cur, nxt) if next_state else (prev, cur) for prev, cur, nxt in triples])
 
     def _step_loss(self, batch: list[Transition]) -> torch.Tensor:
         """CE(V1(s), y) + CE(V2(s), y) + CE(V1(s'), y) + CE(V2(s'), y), y = 1[G_t > 0]."""
         labels = torch.tensor([tr.label for tr in batch], device=self.device)
         return sum(two_class_ce(logits, labels) for nxt in (False, True) for logits in self.step_logits(batch, nxt))
 
-    def state_values(self, transitions: list[Transition], next_state: bool) -> np.ndarray:
+    def _state_values(self, states: list[tuple[Observation, Observation]]) -> np.ndarray:
         """p(s) = min over the two heads of P(success), no gradient."""
         self.step_critic.eval()
         with torch.no_grad():
             chunks = []
-            for i in range(0, len(transitions), SCORE_BATCH):
-                l1, l2 = self.step_logits(transitions[i : i + SCORE_BATCH], next_state)
+            for i in range(0, len(states), SCORE_BATCH):
+                l1, l2 = self._state_logits(states[i : i + SCORE_BATCH])
                 chunks.append(torch.minimum(success_probability(l1), success_probability(l2)))
         return torch.cat(chunks).cpu().numpy() if chunks else np.zeros(0)
+
+    def state_values(self, transitions: list[Transition], next_state: bool) -> np.ndarray:
+        triples = [tr.observations() for tr in transitions]
+        return self._state_values([(cur, nxt) if next_state else (prev, cur) for prev, cur, nxt in triples])
+
+    def trajectory_values(self, per_trajectory: list[list[Transition]]) -> list[np.ndarray]:
+        """p(s_0) .. p(s_T) of each trajectory from one critic pass over its T + 1 distinct states: s' of step
+        t is s of step t + 1 (the same two screenshots, the same text), so only the last step's s' is extra."""
+        states = []
+        for transitions in per_trajectory:
+            triples = [tr.observations() for tr in transitions]
+            states += [(prev, cur) for prev, cur, _ in triples] + [(triples[-1][1], triples[-1][2])] * bool(triples)
+        values = self._state_values(states)
+        bounds = np.cumsum([len(t) + bool(t) for t in per_trajectory])[:-1]
+        return np.split(values, bounds) if per_trajectory else []
 
     def _train_step_critic(self, train, validation, ranked: Ranked, steps: int) -> dict:
         transitions = [tr for t in train for tr in transitions_of(t, self.d.gamma)]
@@ -274,14 +304,9 @@ class DigiRL:
         """Transitions of the curriculum's trajectories whose advantage passes the filter, and the policy lag of
         the trajectories they come from."""
         per_trajectory = [transitions_of(t, self.d.gamma) for t in chosen]
-        flat = [tr for transitions in per_trajectory for tr in transitions]
-        # one batched critic pass over every chosen transition, then the advantages per trajectory
-        values = iter(self.state_values(flat, next_state=False))
-        next_values = iter(self.state_values(flat, next_state=True))
         samples, advantages, imitated = [], [], []
-        for traj, transitions in zip(chosen, per_trajectory):
-            v = [next(values) for _ in transitions]
-            v_next = [next(next_values) for _ in transitions]
+        for traj, transitions, values in zip(chosen, per_trajectory, self.trajectory_values(per_trajectory)):
+            v, v_next = values[:-1], values[1:]
             rewards = [tr.reward for tr in transitions]
             if self.d.advantage == "digirl_compat":
                 returns = [tr.ret for tr in transitions]

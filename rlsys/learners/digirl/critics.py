@@ -44,13 +44,16 @@ class StepCritic(nn.Module):
         self.head1 = _mlp(inputs, width)
         self.head2 = _mlp(inputs, width)
 
-    def forward(self, texts: Sequence[str], stacked_images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.frozen_encoder:
-            self.encoder.eval()  # no dropout in a network that is not trained
-            with torch.no_grad():
-                text = self.encoder(texts)
-        else:
-            text = self.encoder(texts)
+    def encode(self, texts: Sequence[str]) -> torch.Tensor:
+        """Pooled text vectors; a frozen encoder's carry no gradient (and stay the same for an observation)."""
+        if not self.frozen_encoder:
+            return self.encoder(texts)
+        self.encoder.eval()  # no dropout in a network that is not trained
+        with torch.no_grad():
+            return self.encoder(texts)
+
+    def forward(self, text: torch.Tensor, stacked_images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Both heads on [encode(text), f_{t-1}, f_t]."""
         x = torch.cat([text, stacked_images.to(text.dtype)], dim=-1)
         return self.head1(x), self.head2(x)
 

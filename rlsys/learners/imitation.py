@@ -4,7 +4,8 @@ PAE and DigiRL, with the optional probability clamp and clipped importance weigh
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal
 
@@ -41,6 +42,17 @@ def sampled_ids(batch: list[ActorSample]) -> dict:
     report none take no such argument)."""
     ids = [s.token_ids for s in batch]
     return {"token_ids": ids} if any(i is not None for i in ids) else {}
+
+
+@contextmanager
+def as_acted(policy) -> Iterator[None]:
+    """Scoring as a runner scored its actions: dropout off, no gradient; the policy back in train mode after."""
+    policy.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        policy.train()
 
 
 class ActorUpdate:
@@ -91,12 +103,8 @@ class ActorUpdate:
         """log pi(a|s) for the importance ratio, computed as the runner computed mu: dropout off, no gradient
         (temperature, grammar mask and suppressed tokens are token_logprobs' already). Scored in train mode,
         dropout alone pulled the mean of min(1, pi/mu) to 0.77-0.84 at zero policy lag."""
-        self.policy.eval()
-        try:
-            with torch.no_grad():
-                return self.policy.token_logprobs(observations, actions, **scored)[0].sum(-1)
-        finally:
-            self.policy.train()
+        with as_acted(self.policy):
+            return self.policy.token_logprobs(observations, actions, **scored)[0].sum(-1)
 
     def run(self, items: list, steps: int, choose: Callable[[list], list[ActorSample]] | None = None) -> dict:
         """`steps` updates on micro-batches drawn from `items`: ActorSamples, or anything `choose` turns into

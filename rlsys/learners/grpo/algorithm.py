@@ -99,13 +99,13 @@ class GRPO:
                 s.reference = row
         behaviour = [s.behaviour_logprob for s in samples]
         proximal = torch.stack([s.proximal.sum() for s in samples])
-        weights, unknown = importance_weights(proximal, behaviour, self.cfg.importance_clip)
+        ratios, unknown = importance_weights(proximal, behaviour, float("inf"))
+        weights = ratios.clamp(max=self.cfg.importance_clip)
         for s, w in zip(samples, weights.tolist()):
             s.weight = w
-        unclipped, _ = importance_weights(proximal, behaviour, float("inf"))
         return {
             "actor/importance_weight": float(weights.mean()),
-            "actor/importance_clipped": int((unclipped > self.cfg.importance_clip).sum()),
+            "actor/importance_clipped": int((ratios > self.cfg.importance_clip).sum()),
             "actor/no_behaviour_logprob": unknown,
         }
 

@@ -1,6 +1,7 @@
 """Every algorithm on the synthetic suite's settings at equal env steps, over seeds: the runs that test the
 predictions written before them in docs/algorithms/predictions.md (settings S1-S4, arms FBC-s, FBC-q, D, D-c,
-D-lam1, the sanity arm S, GRPO (G) and GRPO with step-level groups (G-step)). This script is the protocol; it
+D-lam1, the sanity arm S, GRPO (G), GRPO with step-level groups (G-step) and
+Dr. GRPO (G-dr)). This script is the protocol; it
 changes no setting or arm after seeing results (a new setting is added under a new name, as the predictions page
 says).
 
@@ -69,6 +70,8 @@ ARMS = {
     "G": ["learner.algorithm=grpo", "run.group_size=4", "learner.sample_trajectories=32", "learner.grpo.epochs=2"],
     "G-step": ["learner.algorithm=grpo", "run.group_size=4", "learner.sample_trajectories=32", "learner.grpo.epochs=2",
                "learner.grpo.step_groups=true"],  # GiGPO's step-level groups (predictions.md)
+    "G-dr": ["learner.algorithm=grpo", "run.group_size=4", "learner.sample_trajectories=32", "learner.grpo.epochs=2",
+             "learner.grpo.scale_by_std=false"],  # Dr. GRPO's advantages, R - mean (predictions.md)
 }  # fmt: skip
 DIGIRL_SIZES = ["learner.digirl.text_hidden=32", "learner.digirl.image_feature_dim=32"]
 # filtered BC takes as many actor steps an iteration as DigiRL's actor (learner.digirl.actor_steps)

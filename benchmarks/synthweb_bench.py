@@ -1,9 +1,8 @@
 """Every algorithm on the synthetic suite's settings at equal env steps, over seeds: the runs that test the
 predictions written before them in docs/algorithms/predictions.md (settings S1-S4, arms FBC-s, FBC-q, D, D-c,
-D-lam1, the sanity arm S, GRPO (G), GRPO with step-level groups (G-step) and
-Dr. GRPO (G-dr)). This script is the protocol; it
-changes no setting or arm after seeing results (a new setting is added under a new name, as the predictions page
-says).
+D-lam1, the sanity arm S, GRPO (G), GRPO with step-level groups (G-step) and Dr. GRPO (G-dr)). This script is the
+protocol; it changes no setting or arm after seeing results (a new setting is added under a new name, as the
+predictions page says).
 
     python benchmarks/synthweb_bench.py --settings S1 --seeds 0 1 2 3 4 5 6 7 8 9
     python benchmarks/synthweb_bench.py --settings S4 --dataset data/synthweb-s4   # benchmarks/synthweb_dataset.py

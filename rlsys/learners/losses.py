@@ -65,5 +65,16 @@ def constant_ce(fit_labels, labels) -> float:
     return float(-np.mean(y * np.log(rate) + (1 - y) * np.log(1 - rate)))
 
 
+def ranking_auc(scores, labels) -> float | None:
+    """The chance that a random success scores above a random failure (ties count half): how well a critic
+    orders what it scores. A critic can order well while its cross-entropy is no better than a constant's (its
+    probabilities all near the base rate). None when `labels` hold one class only."""
+    s, y = np.asarray(scores, dtype=float), np.asarray(labels, dtype=bool)
+    if y.all() or not y.any():
+        return None
+    pos, neg = s[y][:, None], s[~y][None, :]
+    return float(np.mean(pos > neg) + 0.5 * np.mean(pos == neg))
+
+
 def success_probability(logits: torch.Tensor) -> torch.Tensor:
     return torch.softmax(logits.float(), dim=-1)[..., 1]

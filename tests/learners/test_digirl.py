@@ -272,3 +272,13 @@ def test_critics_report_their_validation_loss_beside_a_constant_predictors(polic
     for critic in ("instruction_critic", "step_critic"):
         constant = metrics[f"{critic}/validation_loss_constant"]
         assert constant > 0.5 and metrics[f"{critic}/validation_loss"] < constant / 2, (critic, metrics)
+        assert metrics[f"{critic}/validation_auc"] == 1.0  # every success above every failure
+
+
+def test_ranking_auc_counts_ordered_pairs_and_ties_half():
+    from rlsys.learners.losses import ranking_auc
+
+    # successes 0.9, 0.4; failures 0.4, 0.1: pairs (0.9>0.4, 0.9>0.1, 0.4=0.4, 0.4>0.1) -> 3.5 of 4
+    assert ranking_auc([0.9, 0.4, 0.4, 0.1], [1, 1, 0, 0]) == pytest.approx(3.5 / 4)
+    assert ranking_auc([0.2, 0.8], [1, 0]) == 0.0
+    assert ranking_auc([0.2, 0.8], [1, 1]) is None

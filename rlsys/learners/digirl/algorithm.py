@@ -24,7 +24,7 @@ from rlsys.learners.digirl.advantages import curriculum_scores, digirl_compat, d
 from rlsys.learners.digirl.critics import InstructionCritic, StepCritic, critic_text
 from rlsys.learners.history import History
 from rlsys.learners.imitation import ActorSample, ActorUpdate
-from rlsys.learners.losses import constant_ce, success_probability, two_class_ce
+from rlsys.learners.losses import constant_ce, ranking_auc, success_probability, two_class_ce
 from rlsys.learners.optim import ModuleOptimizer, train_steps
 from rlsys.learners.selection import imitable_steps, is_validation, policy_lag, versions_lag
 from rlsys.policies.image_features import FEATURE_KEY, PooledImageFeatures
@@ -183,9 +183,10 @@ class DigiRL:
             self.instruction_critic.eval()
             with torch.no_grad():
                 out["instruction_critic/validation_loss"] = float(self._instruction_loss(check[:256]))
-            out["instruction_critic/validation_loss_constant"] = constant_ce(
-                [y for _, y in fit], [y for _, y in check[:256]]
-            )
+            labels = [y for _, y in check[:256]]
+            out["instruction_critic/validation_loss_constant"] = constant_ce([y for _, y in fit], labels)
+            auc = ranking_auc(self.task_values([text for text, _ in check[:256]]), labels)
+            out |= {"instruction_critic/validation_auc": auc} if auc is not None else {}
         lag = versions_lag(fit_rows.versions, self.actor.trained_version)
         return out | lag | {"instruction_critic/trajectories": len(fit)}
 
@@ -277,9 +278,10 @@ class DigiRL:
             # the loss sums four cross-entropies (two heads, s and s'), and so does the constant predictor's
             labels_fit, labels_held = [tr.label for tr in transitions], [tr.label for tr in held_out]
             out["step_critic/validation_loss_constant"] = 4 * constant_ce(labels_fit, labels_held)
-            predicted = self.state_values(held_out, next_state=False) > 0.5
-            labels = np.array([tr.label for tr in held_out])
-            out["step_critic/validation_accuracy"] = float(np.mean(predicted == labels))
+            values = self.state_values(held_out, next_state=False)
+            out["step_critic/validation_accuracy"] = float(np.mean((values > 0.5) == np.array(labels_held)))
+            auc = ranking_auc(values, labels_held)
+            out |= {"step_critic/validation_auc": auc} if auc is not None else {}
         return out | policy_lag(train, self.actor.trained_version)
 
     # ------------------------------------------------------------------ actor

@@ -63,6 +63,12 @@ def transitions_of(traj: Trajectory, gamma: float) -> list[Transition]:
     return [Transition(traj, i, rewards[i], float(returns[i]), int(labels[i])) for i in range(len(traj.steps))]
 
 
+def states_of(transitions: list[Transition], next_state: bool) -> list[tuple[Observation, Observation]]:
+    """Each transition's s as the step critic reads it, (s_{t-1}, s_t), or its s', (s_t, s_{t+1})."""
+    triples = [tr.observations() for tr in transitions]
+    return [(cur, nxt) if next_state else (prev, cur) for prev, cur, nxt in triples]
+
+
 def _observations(traj: Trajectory) -> list[Observation]:
     return [s.observation for s in traj.steps] + [traj.final_observation] * bool(traj.final_observation)
 
@@ -231,8 +237,7 @@ class DigiRL:
         return self.step_critic(self._text_vectors([cur for _, cur in states]), self._stacked(states))
 
     def step_logits(self, transitions: list[Transition], next_state: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        triples = [tr.observations() for tr in transitions]
-        return self._state_logits([(cur, nxt) if next_state else (prev, cur) for prev, cur, nxt in triples])
+        return self._state_logits(states_of(transitions, next_state))
 
     def _step_loss(self, batch: list[Transition]) -> torch.Tensor:
         """CE(V1(s), y) + CE(V2(s), y) + CE(V1(s'), y) + CE(V2(s'), y), y = 1[G_t > 0]."""
@@ -250,8 +255,7 @@ class DigiRL:
         return torch.cat(chunks).cpu().numpy() if chunks else np.zeros(0)
 
     def state_values(self, transitions: list[Transition], next_state: bool) -> np.ndarray:
-        triples = [tr.observations() for tr in transitions]
-        return self._state_values([(cur, nxt) if next_state else (prev, cur) for prev, cur, nxt in triples])
+        return self._state_values(states_of(transitions, next_state))
 
     def trajectory_values(self, per_trajectory: list[list[Transition]]) -> list[np.ndarray]:
         """p(s_0) .. p(s_T) of each trajectory from one critic pass over its T + 1 distinct states: s' of step

@@ -42,7 +42,8 @@ def dataset() -> list[Trajectory]:
 
 
 def train(tmp_path, learners: int, iterations: int, weights_from: str = "checkpoint", **overrides):
-    """Metrics, each rank's description, the weights (the checkpoint's, or the last published), the version."""
+    """Metrics, each rank's description, the weights (the checkpoint's, or the last published), the version, and the
+    weights of a checkpoint taken before the first update (what an untrained group of the same config starts from)."""
     cfg = make_config(
         tmp_path,
         learner__num_learners=learners,
@@ -58,6 +59,7 @@ def train(tmp_path, learners: int, iterations: int, weights_from: str = "checkpo
     store = ray.remote(WeightStore).options(num_cpus=0).remote()
     group = LearnerGroup(cfg, buffer, store)
     try:
+        start = load_safetensors(group.save()["policy/model.safetensors"])
         metrics = [group.update(None) for _ in range(iterations)]
         described = ray.get([a.describe.remote() for a in group.actors])
         if weights_from == "checkpoint":
@@ -69,7 +71,7 @@ def train(tmp_path, learners: int, iterations: int, weights_from: str = "checkpo
         group.kill()
         ray.kill(buffer)
         ray.kill(store)
-    return metrics, described, weights, published
+    return metrics, described, weights, published, start
 
 
 def distance(a: dict, b: dict) -> float:
@@ -81,9 +83,8 @@ def test_two_learners_over_gloo_match_one_learner_on_the_whole_batch(ray_session
     """Filtered BC with a token-mean loss over micro-batches of 7 split 4 / 3: each rank's sum is divided by
     the whole micro-batch's token count. (DigiRL is left out: its instruction critic trains a RoBERTa with
     dropout, whose masks over a shard cannot equal those over the whole batch.)"""
-    one, (single,), w_one, _ = train(tmp_path / "one", 1, 2)
-    two, ranks, w_two, published = train(tmp_path / "two", 2, 2)
-    w_start = train(tmp_path / "zero", 1, 0)[2]
+    one, (single,), w_one, _, w_start = train(tmp_path / "one", 1, 2)
+    two, ranks, w_two, published, _ = train(tmp_path / "two", 2, 2)
 
     assert single["world_size"] == 1
     assert [(r["rank"], r["world_size"]) for r in ranks] == [(0, 2), (1, 2)]
@@ -103,9 +104,9 @@ CAUSAL_LM = {"policy__kind": "causal_lm", "policy__d_model": 64, "policy__d_ff":
 def test_a_sharded_group_over_gloo_matches_one_learner_and_publishes_whole_weights(ray_session, tmp_path):
     """learner.sharding: fsdp2 (FSDP2 over gloo on the CPU): the same steps as one learner with the whole model;
     rank 0 publishes the whole weights, gathered from both ranks (checkpoints: the test below)."""
-    one, _, w_one, _ = train(tmp_path / "one", 1, 2, "store", **CAUSAL_LM)
-    two, ranks, w_two, published = train(tmp_path / "two", 2, 2, "store", learner__sharding="fsdp2", **CAUSAL_LM)
-    w_start = train(tmp_path / "zero", 1, 0, **CAUSAL_LM)[2]  # a checkpoint: the tied output head left out
+    # w_start is a checkpoint's: the tied output head left out
+    one, _, w_one, _, w_start = train(tmp_path / "one", 1, 2, "store", **CAUSAL_LM)
+    two, ranks, w_two, published, _ = train(tmp_path / "two", 2, 2, "store", learner__sharding="fsdp2", **CAUSAL_LM)
 
     assert [(r["rank"], r["sharded"]) for r in ranks] == [(0, True), (1, True)]
     assert published == 2 and [r["version"] for r in ranks] == [2, 2]

@@ -39,7 +39,7 @@ def test_learns_to_click_the_named_link_on_tasks_it_never_saw():
     train, heldout = named_link_pages("train", 1000), named_link_pages("eval", 100)
     policy = build_policy(CFG, seed=0)
     before = accuracy(policy, heldout)
-    imitate(policy, train, steps=300, lr=1e-2)
+    imitate(policy, train, steps=150, lr=1e-2)  # 0.98 after 150 steps, 0.90 after 100
     after = accuracy(policy, heldout)
     assert before < 0.35
     assert after > 0.8, (before, after)

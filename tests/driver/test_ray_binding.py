@@ -4,6 +4,7 @@ Each case starts Ray in a child process, as `rlsys.cli.train` does (`init_ray`),
 worker's server exists too, and lists the listening TCP sockets of every process in the child's tree.
 """
 
+import functools
 import json
 import os
 import socket
@@ -52,6 +53,7 @@ CHILD = textwrap.dedent(
 )
 
 
+@functools.cache  # one Ray with a dashboard answers both the listening and the token question
 def _start_and_probe(dashboard: bool) -> dict:
     env = {k: v for k, v in os.environ.items() if k != ONE_MACHINE}  # as a user's shell has it
     out = subprocess.run(
@@ -75,7 +77,7 @@ def test_local_ray_listens_on_loopback_only(dashboard):
 
 def test_dashboard_refuses_a_job_without_the_token():
     """Ray's token auth stays on for local runs: a job posted without the token is refused."""
-    assert _start_and_probe(dashboard=True)["job_post_status"] == 401
+    assert _start_and_probe(True)["job_post_status"] == 401  # the same call as the listening case: cached
 
 
 DASHBOARD_CHILD = textwrap.dedent(

@@ -161,7 +161,9 @@ def test_resume_chooses_the_newest_intact_checkpoint_before_ray_starts(two_check
 
 def test_a_full_disk_while_a_checkpoint_is_written_ends_the_run_with_one_line(tmp_path):
     with tmpfs(tmp_path / "disk", "16m") as disk:
-        cfg, path = config_file(disk, iterations=3)
+        # 8 episodes an iteration: the second still ends well after the disk is filled (a checkpoint is ~750 KiB of
+        # weights and optimizer state whatever the rollout size, so it still does not fit)
+        cfg, path = config_file(disk, iterations=3, rollout_size=8)
         run_dir = cfg.output_dir
         log = tmp_path / "full.log"
         proc = start_train("--config", str(path), log=log)

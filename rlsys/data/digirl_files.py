@@ -19,7 +19,7 @@ import numpy as np
 
 from rlsys.core.returns import discounted_returns
 from rlsys.core.types import Observation, Step, Task, Trajectory
-from rlsys.policies.image_features import FEATURE_KEY
+from rlsys.policies.feature_key import FEATURE_KEY
 
 SHARD_SIZE = 256
 DIGIRL_GAMMA = 0.5

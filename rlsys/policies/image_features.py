@@ -15,9 +15,9 @@ from PIL import Image
 from transformers import Blip2VisionConfig, Blip2VisionModel
 
 from rlsys.core.types import Observation
+from rlsys.policies.feature_key import FEATURE_KEY
 from rlsys.policies.hub import model_folder
 
-FEATURE_KEY = "blip2_pooled"
 CLIP_MEAN = np.array([0.48145466, 0.4578275, 0.40821073], dtype=np.float32)
 CLIP_STD = np.array([0.26862954, 0.26130258, 0.27577711], dtype=np.float32)
 VISION_SEED = 0  # the tiny vision tower is not saved: every process must build the same one

@@ -29,8 +29,10 @@ def train(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_train_then_resume_records_two_sessions_and_logs_to_one_wandb_run(tmp_path):
+    # element_pointer: a policy without transformers starts the learner and runner of both sessions sooner
     cfg = sim_config(tmp_path, step_s=0.05, max_steps=2, run__iterations=1, metrics__wandb=True,
-                     env__sim={"step_median_s": 0.05, "step_sigma": 0.0, "success_prob": 0.5})  # fmt: skip
+                     env__sim={"step_median_s": 0.05, "step_sigma": 0.0, "success_prob": 0.5},
+                     policy__kind="element_pointer")  # fmt: skip
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(to_dict(cfg)))
     run_dir = cfg.output_dir

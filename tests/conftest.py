@@ -83,11 +83,8 @@ def ray_session():
     # Ray's dashboard agent listens on 52365 unless told otherwise, which ray.init cannot do. Held by this
     # session's Ray, the port would cost every Ray a test starts in a child process (rlsys-train) ~4 s: its agent
     # retries the taken port before giving up, and its raylet waits for the agent. This one takes a free port.
-    # No log monitor either: it streams the actors' output to a driver, which log_to_driver=False turns away, and
-    # polls the session's log folder several times a second, a folder that grows by two files per actor for the whole
-    # session (a full run's monitor took a minute of CPU).
-    params = functools.partial(parameter.RayParams, dashboard_agent_listen_port=None, include_log_monitor=False)
-    with mock.patch.object(parameter, "RayParams", params):
+    agent_on_a_free_port = functools.partial(parameter.RayParams, dashboard_agent_listen_port=None)
+    with mock.patch.object(parameter, "RayParams", agent_on_a_free_port):
         ray.init(num_cpus=2, resources={"browser": 8, "android": 4}, include_dashboard=False, log_to_driver=False)
     # Ray's driver ignores SIGCHLD (set below Python, so signal.getsignal does not show it): children are
     # reaped by the kernel and every subprocess exit code reads 0. Tests that check exit codes need them.

@@ -17,9 +17,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def sim_run(tmp_path, **overrides) -> dict:
-    """A two-iteration run on the simulated env (no browser), as the mapping a config file holds."""
+    """A two-iteration run on the simulated env (no browser) and a policy without transformers (its actors start
+    sooner), as the mapping a config file holds."""
     sim = {"reset_median_s": 0.01, "step_median_s": 0.01, "step_sigma": 0.0, "reset_sigma": 0.0, "success_prob": 0.5}
-    cfg = make_config(tmp_path, env__kind="sim", env__sim=sim, runners__resource="browser", runners__num=1, **overrides)
+    cfg = make_config(tmp_path, env__kind="sim", env__sim=sim, runners__resource="browser", runners__num=1,
+                      policy__kind="element_pointer", **overrides)  # fmt: skip
     return to_dict(cfg)
 
 

@@ -137,7 +137,9 @@ def test_a_slot_that_keeps_failing_backs_off_and_recovers(store, tmp_path, caplo
 
 
 def test_a_dead_learner_ends_the_run_with_a_checkpoint_to_resume_from(ray_session, tmp_path):
+    # element_pointer: no transformers to import in the learner and runners of either trainer
     cfg = sim_config(tmp_path, step_s=0.05, max_steps=3, run__iterations=4, runners__num=2,
+                     policy__kind="element_pointer",
                      env__sim={"step_median_s": 0.05, "step_sigma": 0.0, "success_prob": 0.4})  # fmt: skip
     trainer = Trainer(cfg, cfg.output_dir)
     failure = {}

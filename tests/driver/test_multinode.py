@@ -100,6 +100,7 @@ def test_runners_follow_their_resource_and_losing_a_node_loses_only_its_episodes
         runners__health_timeout_s=20,
         env__kind="sim",
         env__max_steps=3,
+        policy__kind="element_pointer",  # no transformers to import in four actors: they start sooner
         env__sim={"step_median_s": 0.3, "step_sigma": 0.2, "success_prob": 0.3},
         learner__resource="learner",
         learner__num_cpus=0.5,

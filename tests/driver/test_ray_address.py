@@ -69,7 +69,9 @@ def node_id_of(env: dict, address: str) -> str:
 
 
 def config_file(tmp_path):
-    cfg = sim_config(tmp_path, step_s=0.05, max_steps=2, run__iterations=1, runners__resource="sim")
+    # element_pointer: no transformers to import, so the run's actors start sooner
+    cfg = sim_config(tmp_path, step_s=0.05, max_steps=2, run__iterations=1, runners__resource="sim",
+                     policy__kind="element_pointer")  # fmt: skip
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(to_dict(cfg)))
     return cfg, path

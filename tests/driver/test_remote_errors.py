@@ -44,8 +44,9 @@ def test_a_runner_whose_env_keeps_breaking_says_why_on_the_console(tmp_path):
     """Every step hangs past env.step_timeout_s: each episode is an env_error the runner survives, and the console
     shows the runner, its node and pid and the env's error, at most three times a minute per runner."""
     sim = {"reset_median_s": 0.01, "step_median_s": 0.01, "step_sigma": 0.0, "hang_prob": 1.0}
+    # element_pointer: no transformers to import, so the run's actors start sooner
     cfg = sim_config(tmp_path, step_s=0.01, max_steps=2, env__sim=sim, env__step_timeout_s=0.2, run__iterations=1,
-                     run__rollout_size=10)  # fmt: skip
+                     run__rollout_size=10, policy__kind="element_pointer")  # fmt: skip
 
     done = train_cli(tmp_path, cfg)
 

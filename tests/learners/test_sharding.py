@@ -4,7 +4,6 @@ gathered weights and optimizer states are the whole ones."""
 from __future__ import annotations
 
 import io
-import traceback
 from dataclasses import replace
 from datetime import timedelta
 
@@ -63,48 +62,22 @@ def _published(policy) -> dict:
     return state
 
 
-# What the tests below run in a group of WORLD gloo processes, in this order, all in one group: a process start imports
-# PyTorch and transformers, which takes longer than any of these jobs. bucketed_sums goes last: it shrinks the ranks'
-# gradient buckets.
-GROUP_JOBS = [("sharded_training", POLICY), ("sharded_training", LORA), ("training_on_one_sample", POLICY),
-              ("uneven_passes", POLICY), ("checkpoint_round_trip", POLICY), ("bucketed_sums", POLICY)]  # fmt: skip
-WORLD = 2
-FAILED = "failed with"
-
-
-def _worker(rank: int, world: int, store: str, out: str) -> None:
+def _worker(rank: int, world: int, store: str, out: str, job: str, policy_cfg: PolicyConfig) -> None:
     torch.set_num_threads(1)
     timeout = timedelta(seconds=30)  # a pass one rank runs and the other does not fails, instead of hanging
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world, timeout=timeout)
     try:
-        for i, (job, policy_cfg) in enumerate(GROUP_JOBS):
-            try:
-                result = globals()[job](policy_cfg)
-            except Exception:
-                torch.save({FAILED: traceback.format_exc()}, f"{out}/{i}.{rank}")
-                break  # the ranks may no longer agree on which pass comes next: the later jobs are not run
-            torch.save(result, f"{out}/{i}.{rank}")
+        result = globals()[job](policy_cfg)
+        torch.save(result, f"{out}.{rank}")
     finally:
         dist.destroy_process_group()
 
 
-@pytest.fixture(scope="module")
-def in_group(tmp_path_factory):
-    """`in_group(job, policy_cfg)`: each rank's result of `job(policy_cfg)`, one of GROUP_JOBS, which one group of
-    WORLD processes ran for the whole module."""
-    out = tmp_path_factory.mktemp("group")
-    mp.spawn(_worker, args=(WORLD, str(out / "store"), str(out)), nprocs=WORLD)
-
-    def results(job: str, policy_cfg: PolicyConfig) -> list:
-        i = GROUP_JOBS.index((job, policy_cfg))
-        files = [out / f"{i}.{rank}" for rank in range(WORLD)]
-        assert all(f.exists() for f in files), f"{job} was not run: an earlier job of the group failed"
-        ranks = [torch.load(f, weights_only=False) for f in files]
-        for rank, result in enumerate(ranks):
-            assert FAILED not in result, f"{job} on rank {rank} {FAILED}:\n{result[FAILED]}"
-        return ranks
-
-    return results
+def in_group(tmp_path, job: str, policy_cfg: PolicyConfig, world: int = 2) -> list:
+    """Run `job(policy_cfg)` in `world` gloo processes; each rank's result."""
+    out = str(tmp_path / job)
+    mp.spawn(_worker, args=(world, str(tmp_path / "store"), out, job, policy_cfg), nprocs=world)
+    return [torch.load(f"{out}.{rank}", weights_only=False) for rank in range(world)]
 
 
 def sharded_training(policy_cfg: PolicyConfig) -> dict:
@@ -121,10 +94,10 @@ def distance(a: dict, b: dict) -> float:
 
 
 @pytest.mark.parametrize("policy_cfg", [POLICY, LORA], ids=["full", "lora"])
-def test_fsdp2_over_gloo_matches_one_process_on_the_whole_batch(in_group, policy_cfg):
+def test_fsdp2_over_gloo_matches_one_process_on_the_whole_batch(tmp_path, policy_cfg):
     start = sharding.full_state_dict(build_policy(policy_cfg, seed=0).model)
     one = train(policy_cfg, shard=False)
-    ranks = in_group("sharded_training", policy_cfg)
+    ranks = in_group(tmp_path, "sharded_training", policy_cfg)
     two = ranks[0]
 
     # each rank held about half of every parameter's rows
@@ -144,11 +117,11 @@ def test_fsdp2_over_gloo_matches_one_process_on_the_whole_batch(in_group, policy
             torch.testing.assert_close(two["optimizer"]["state"][index][name], value, rtol=1e-3, atol=1e-6)
 
 
-def test_a_micro_batch_smaller_than_the_group_trains_as_one_process(in_group):
+def test_a_micro_batch_smaller_than_the_group_trains_as_one_process(tmp_path):
     """One sample, two ranks: rank 1's shard is empty, yet it must run rank 0's forward and backward passes."""
     start = sharding.full_state_dict(build_policy(POLICY, seed=0).model)
     one = train(POLICY, shard=False, items=1)
-    two = in_group("training_on_one_sample", POLICY)[0]
+    two = in_group(tmp_path, "training_on_one_sample", POLICY)[0]
     assert distance(one["weights"], two["weights"]) < 1e-3 * distance(start, one["weights"])
 
 
@@ -168,14 +141,14 @@ def uneven_passes(policy_cfg: PolicyConfig) -> dict:
     return {"passes": passes, "grads": [p.grad.full_tensor() for p in policy.parameters()]}
 
 
-def test_a_rank_with_fewer_chunks_matches_the_group_with_passes_that_add_nothing(in_group):
+def test_a_rank_with_fewer_chunks_matches_the_group_with_passes_that_add_nothing(tmp_path):
     policy = build_policy(POLICY, seed=0)
     update = ActorUpdate(LEARNER, policy, "token_mean", correct_off_policy=False)
     items = samples()
     for chunk in (items[0:2], items[2:3], items[3:6]):
         update.loss_sum(chunk).total.backward()
     assert distributed.agreed_passes(3, policy.parameters()) == 3  # outside a group: this process's own
-    ranks = in_group("uneven_passes", POLICY)
+    ranks = in_group(tmp_path, "uneven_passes", POLICY)
     assert [r["passes"] for r in ranks] == [2, 2]
     for got, p in zip(ranks[0]["grads"], policy.parameters()):
         torch.testing.assert_close(got, p.grad, rtol=1e-4, atol=1e-6)
@@ -205,8 +178,8 @@ def checkpoint_round_trip(policy_cfg: PolicyConfig) -> dict:
     return {"first": sharding.full_state_dict(trained.model), "second": sharding.full_state_dict(fresh.model)}
 
 
-def test_a_sharded_checkpoint_resumes_the_same_steps(in_group):
-    rank0 = in_group("checkpoint_round_trip", POLICY)[0]
+def test_a_sharded_checkpoint_resumes_the_same_steps(tmp_path):
+    rank0 = in_group(tmp_path, "checkpoint_round_trip", POLICY)[0]
     assert distance(rank0["first"], rank0["second"]) == 0
 
 
@@ -226,8 +199,8 @@ def bucketed_sums(policy_cfg: PolicyConfig) -> dict:
     return {"grads": [p.grad for p in params], "sharded": sharded.grad.to_local()}
 
 
-def test_gradients_are_summed_bucket_by_bucket(in_group):
-    ranks = in_group("bucketed_sums", POLICY)
+def test_gradients_are_summed_bucket_by_bucket(tmp_path):
+    ranks = in_group(tmp_path, "bucketed_sums", POLICY)
     for rank, result in enumerate(ranks):
         assert [g.dtype for g in result["grads"]] == [torch.float32, torch.bfloat16, torch.float32, torch.float32]
         for n, grad in zip((5, 7, 3, 20), result["grads"]):

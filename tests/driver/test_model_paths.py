@@ -34,7 +34,9 @@ def test_workers_elsewhere_get_the_relative_policy_path_absolute_and_config_yaml
     work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
     elsewhere.mkdir()
     (elsewhere / "README").write_text("not the driver's folder\n")
-    cfg = sim_config(tmp_path, step_s=0.01, max_steps=2, run__iterations=1, runners__resource="sim")
+    # element_pointer: a model folder the same way, without transformers to import in the run's actors
+    cfg = sim_config(tmp_path, step_s=0.01, max_steps=2, run__iterations=1, runners__resource="sim",
+                     policy__kind="element_pointer")  # fmt: skip
     build_policy(cfg.policy, seed=3).save_pretrained(work / "models" / "tiny")
     data = to_dict(cfg)
     data["policy"]["path"] = "models/tiny"

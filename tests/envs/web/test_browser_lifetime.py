@@ -62,7 +62,9 @@ def wait_until_gone(procs, profiles, seconds: float) -> list[str]:
 
 
 def test_sigkill_to_a_training_runs_process_group_leaves_no_browser(tmp_path):
-    cfg = make_config(tmp_path, run__iterations=1000, runners__num=1, tasks__train=["click-test-2"])
+    # element_pointer: no transformers to import before the runner's browser starts
+    cfg = make_config(tmp_path, run__iterations=1000, runners__num=1, tasks__train=["click-test-2"],
+                      policy__kind="element_pointer")  # fmt: skip
     config_file = tmp_path / "cfg.yaml"
     config_file.write_text(yaml.safe_dump(to_dict(cfg)))
     run = start_train("--config", str(config_file), log=tmp_path / "run.log")

@@ -111,22 +111,19 @@ def format_number(value: float, percent: bool = False) -> str:
 
 
 def nice_ticks(lo: float, hi: float, count: int = 5, integer: bool = False) -> list[float]:
-    """Round-numbered ticks covering [lo, hi]."""
-    if hi <= lo:
-        hi = lo + 1
+    """Round-numbered ticks covering [lo, hi]. A range the floats cannot split (a metric constant but for
+    rounding, 0.78867363459767870 to ...89) is widened as an empty one is: a step below the values' resolution
+    would add nothing to them."""
+    if hi - lo <= 1e-9 * max(abs(lo), abs(hi)):
+        hi = lo + (abs(lo) or 1)
     raw = (hi - lo) / max(count, 1)
     power = 10 ** math.floor(math.log10(raw))
     step = next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw)
     if integer:
         step = max(1, round(step))
     start = math.floor(lo / step) * step
-    ticks, t = [], start
-    while t <= hi + step * 1e-9:
-        ticks.append(round(t, 12))
-        t += step
-    if ticks[-1] < hi:
-        ticks.append(round(t, 12))
-    return ticks
+    last = math.ceil((hi - start) / step - 1e-9)  # the first tick at or above hi
+    return [round(start + i * step, 12) for i in range(last + 1)]
 
 
 def decimate(points: list[tuple[float, float]], limit: int = MAX_PLOT_POINTS) -> list[tuple[float, float]]:

@@ -881,6 +881,24 @@ def test_bad_metric_values_are_named_by_line_and_the_rest_is_drawn(tmp_path, bro
     assert severe_console_errors(browser) == []
 
 
+@pytest.mark.timeout(30)
+def test_a_metric_constant_but_for_rounding_is_drawn_on_a_finite_axis(tmp_path):
+    """Two values a float apart (a mean that differs only in its last bit between iterations) once sent the tick
+    loop round forever, its step too small to change the value, until the process ran out of memory."""
+    run = tmp_path / "run"
+    build_run(run)
+    records = metrics_records()
+    for r, value in zip(records, [0.7886736345976787, 0.7886736345976789] * len(records)):
+        r["replay/mean_reward"] = value
+    write_metrics(run, records)
+    page = write_report(run).read_text()
+    figure = re.search(r'<figure[^>]*data-key="replay/mean_reward".*?</figure>', page, re.S)
+    assert figure is not None
+    for svg in re.findall(r"<svg.*?</svg>", figure.group(0), re.S):  # one per x axis
+        value_ticks = re.findall(r'<text class="tick"[^>]*text-anchor="end">([^<]+)<', svg)
+        assert 2 <= len(value_ticks) <= 10, value_ticks
+
+
 def test_cli(report, tmp_path, capsys):
     missing = tmp_path / "no-such-run"
     done = subprocess.run([sys.executable, "-m", "rlsys.cli.report", str(missing)], capture_output=True, text=True)

@@ -139,9 +139,14 @@ def per_solved(trajectories: list) -> dict:
             "wasted_per_solved": float(np.mean(wasted)) if wasted else None}  # fmt: skip
 
 
-def run(args, out: Path, setting: str, arm: str, seed: int, start: str | None) -> dict:
+def run(args, out: Path, setting: str, arm: str, seed: int, start: str | None) -> dict | None:
+    """One run's summary; with `--finished-only`, None for a run that has not finished under these overrides."""
     run_dir = out / setting / f"{arm}-seed{seed}"
-    records = train(run_dir, overrides(args, setting, arm, seed, start), config=BASE)
+    settings = overrides(args, setting, arm, seed, start)
+    done = run_dir / "benchmark-overrides.json"
+    if args.finished_only and not (done.exists() and json.loads(done.read_text()) == settings):
+        return None
+    records = train(run_dir, settings, config=BASE)
     curve = [{"iteration": r["iteration"], "env_steps": r.get("env_steps", 0), "success": r["eval/success_rate"]}
              | {k.removeprefix("eval/success_rate/"): v for k, v in r.items() if k.startswith("eval/success_rate/")}
              for r in records if "eval/success_rate" in r]  # fmt: skip
@@ -169,6 +174,11 @@ def main() -> None:
     p.add_argument("--start-p-right", type=float, default=1.0, help="how often the start's demonstrations are right")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="extra overrides for every run")
     p.add_argument("--tag", default="")
+    p.add_argument(
+        "--finished-only",
+        action="store_true",
+        help="report the runs that finished under these settings and start none (arms may differ in seeds)",
+    )
     args = p.parse_args()
     out = Path(f"runs/bench-synthweb{'-' + args.tag if args.tag else ''}")
     for setting in args.settings:
@@ -176,6 +186,8 @@ def main() -> None:
         if start_eval:
             print(f"{setting} start policy: {start_eval['eval/success_rate']:.3f} greedy success", flush=True)
         runs = {a: {s: run(args, out, setting, a, s, start) for s in args.seeds} for a in args.arms}
+        runs = {a: {s: r for s, r in by_seed.items() if r is not None} for a, by_seed in runs.items()}
+        runs = {a: by_seed for a, by_seed in runs.items() if by_seed}
         start_point = (
             [{"iteration": 0, "env_steps_mean": 0.0} | interval([start_eval["eval/success_rate"]])]
             if start_eval

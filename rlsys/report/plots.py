@@ -168,7 +168,7 @@ def line_plot(spec: PlotSpec, axes: Axes, axis: str, width: int = 460, height: i
     else:
         lo, hi = min(ys), max(ys)
         lo = 0.0 if 0 <= lo <= 0.3 * hi else lo
-        y_ticks = nice_ticks(lo, hi if hi > lo else lo + (abs(lo) or 1), 5)
+        y_ticks = nice_ticks(lo, hi, 5)  # widens a range the floats cannot split, an empty one included
     x0, x1, y0, y1 = x_ticks[0], x_ticks[-1], y_ticks[0], y_ticks[-1]
     sx = lambda x: left + (x - x0) / (x1 - x0) * (width - left - right)
     sy = lambda y: height - bottom - (y - y0) / (y1 - y0) * (height - top - bottom)

@@ -67,10 +67,16 @@ DIGIRL_SIZES = [  # critics small enough for 2 CPU cores; the published step cou
 RESULTS = Path(__file__).parent / "results"
 
 
+def finished(run_dir: Path, overrides: list[str]) -> bool:
+    """Whether the run in `run_dir` finished under these overrides."""
+    done = run_dir / "benchmark-overrides.json"
+    return done.exists() and json.loads(done.read_text()) == overrides
+
+
 def train(run_dir: Path, overrides: list[str], config: str = "configs/quickstart.yaml") -> list[dict]:
     """One run from `config`; a run that finished under the same overrides is read back instead of repeated."""
     done = run_dir / "benchmark-overrides.json"
-    if done.exists() and json.loads(done.read_text()) == overrides:
+    if finished(run_dir, overrides):
         return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     shutil.rmtree(run_dir, ignore_errors=True)
     args = [sys.executable, "-m", "rlsys.cli.train", "--config", config, f"run.output_dir={run_dir}"]

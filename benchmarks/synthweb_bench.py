@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 import synthweb_dataset
-from digirl_vs_filteredbc import RESULTS, interval, plot, summarize, train
+from digirl_vs_filteredbc import RESULTS, finished, interval, plot, summarize, train
 
 from rlsys.data.shards import read_trajectories
 
@@ -143,8 +143,7 @@ def run(args, out: Path, setting: str, arm: str, seed: int, start: str | None) -
     """One run's summary; with `--finished-only`, None for a run that has not finished under these overrides."""
     run_dir = out / setting / f"{arm}-seed{seed}"
     settings = overrides(args, setting, arm, seed, start)
-    done = run_dir / "benchmark-overrides.json"
-    if args.finished_only and not (done.exists() and json.loads(done.read_text()) == settings):
+    if args.finished_only and not finished(run_dir, settings):
         return None
     records = train(run_dir, settings, config=BASE)
     curve = [{"iteration": r["iteration"], "env_steps": r.get("env_steps", 0), "success": r["eval/success_rate"]}
@@ -185,9 +184,9 @@ def main() -> None:
         start, start_eval = (None, None) if setting in OFFLINE else shared_start(args, out, setting)
         if start_eval:
             print(f"{setting} start policy: {start_eval['eval/success_rate']:.3f} greedy success", flush=True)
-        runs = {a: {s: run(args, out, setting, a, s, start) for s in args.seeds} for a in args.arms}
-        runs = {a: {s: r for s, r in by_seed.items() if r is not None} for a, by_seed in runs.items()}
-        runs = {a: by_seed for a, by_seed in runs.items() if by_seed}
+        runs = {a: {s: r for s in args.seeds if (r := run(args, out, setting, a, s, start)) is not None}
+                for a in args.arms}  # fmt: skip
+        runs = {a: by_seed for a, by_seed in runs.items() if by_seed}  # --finished-only: an arm with none left out
         start_point = (
             [{"iteration": 0, "env_steps_mean": 0.0} | interval([start_eval["eval/success_rate"]])]
             if start_eval

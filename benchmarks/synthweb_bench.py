@@ -155,6 +155,30 @@ def run(args, out: Path, setting: str, arm: str, seed: int, start: str | None) -
     return {"curve": curve, "final": curve[-1] if curve else {}, "episodes": solved_steps(run_dir), "critics": critics}
 
 
+# what must be equal for runs reported earlier to be reported beside new ones
+PROTOCOL = ("policy", "env_steps", "rollout_size", "eval_every", "eval_episodes", "offline_iterations", "dataset",
+            "start_episodes", "start_iterations", "start_lr", "start_p_right", "set")  # fmt: skip
+
+
+def reported(path: Path, args, setting: str, start_eval: dict | None) -> tuple[dict, list[str]]:
+    """The runs earlier calls wrote to `path`, by arm and seed, for `--add` (their run folders need not be here),
+    and the commands that ran them. Refuses, naming what differs, when they were made under
+    another protocol or from a start policy whose evaluation is not this one's."""
+    if not path.exists():
+        return {}, []
+    earlier = json.loads(path.read_text())
+    differs = [k for k in PROTOCOL if earlier["settings"].get(k) != vars(args)[k]]
+    if earlier["overrides"] != SETTINGS[setting]:
+        differs.append(f"the overrides of {setting}")
+    start_rates = {k: v for k, v in (start_eval or {}).items() if k.startswith("eval/success_rate")}
+    if start_rates != {k: v for k, v in (earlier["start"] or {}).items() if k.startswith("eval/success_rate")}:
+        differs.append("the shared start's evaluation")
+    if differs:
+        sys.exit(f"--add: {path} was made under other settings ({', '.join(differs)}); run without --add")
+    runs = {arm: {int(seed): r for seed, r in by_seed.items()} for arm, by_seed in earlier["runs"].items()}
+    return runs, [*earlier.get("earlier_commands", []), earlier["command"]]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--settings", nargs="+", choices=sorted(SETTINGS), default=["S1"])
@@ -178,6 +202,12 @@ def main() -> None:
         action="store_true",
         help="report the runs that finished under these settings and start none (arms may differ in seeds)",
     )
+    p.add_argument(
+        "--add",
+        action="store_true",
+        help="report the runs already in the setting's results JSON beside these (same protocol and start; a "
+        "run given here replaces the reported run of its arm and seed)",
+    )
     args = p.parse_args()
     out = Path(f"runs/bench-synthweb{'-' + args.tag if args.tag else ''}")
     for setting in args.settings:
@@ -186,7 +216,14 @@ def main() -> None:
             print(f"{setting} start policy: {start_eval['eval/success_rate']:.3f} greedy success", flush=True)
         runs = {a: {s: r for s in args.seeds if (r := run(args, out, setting, a, s, start)) is not None}
                 for a in args.arms}  # fmt: skip
+        name = f"synthweb_bench-{setting}{'-' + args.tag if args.tag else ''}"
+        earlier, commands = reported(RESULTS / f"{name}.json", args, setting, start_eval) if args.add else ({}, [])
+        runs = {a: dict(sorted((earlier.get(a, {}) | runs.get(a, {})).items()))
+                for a in [*earlier, *(a for a in runs if a not in earlier)]}  # fmt: skip
         runs = {a: by_seed for a, by_seed in runs.items() if by_seed}  # --finished-only: an arm with none left out
+        if not runs:
+            print(f"{setting}: no finished run to report", flush=True)
+            continue
         start_point = (
             [{"iteration": 0, "env_steps_mean": 0.0} | interval([start_eval["eval/success_rate"]])]
             if start_eval
@@ -199,12 +236,11 @@ def main() -> None:
                 known = [w for r in by_seed.values() if (w := r["episodes"].get(key)) is not None]
                 final[a][key] = interval(known) if known else None
             print(f"{setting} {a:>7}: {final[a]['mean']:.3f} [{final[a]['ci95'][0]:.3f}, {final[a]['ci95'][1]:.3f}]")
-        name = f"synthweb_bench-{setting}{'-' + args.tag if args.tag else ''}"
         plot(table, RESULTS / f"{name}.png")
         result = {"command": "python benchmarks/synthweb_bench.py " + " ".join(sys.argv[1:]),
                   "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
                   "setting": setting, "overrides": SETTINGS[setting], "settings": vars(args), "at_budget": final,
-                  "start": start_eval,
+                  "start": start_eval, "earlier_commands": commands,
                   "table": table, "runs": {a: {str(k): r for k, r in b.items()} for a, b in runs.items()}}  # fmt: skip
         (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=1))
 

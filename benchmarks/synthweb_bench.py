@@ -119,6 +119,10 @@ def overrides(args, setting: str, arm: str, seed: int, start: str | None = None)
                    *start_keys]  # fmt: skip
 
 
+# GRPO's groups per iteration: how many, how many had one reward in every member (no advantage), and the rest
+GROUP_COUNTS = ("grpo/groups", "grpo/uniform_groups", "grpo/skipped_small_groups", "grpo/step_groups")
+
+
 def solved_steps(run_dir: Path) -> dict:
     """Steps and wasted steps (beyond the task's depth) per solved episode: in the last (greedy) evaluation, and
     in the training episodes of the last quarter of the run (sampled: where detours and recoveries happen)."""
@@ -152,7 +156,10 @@ def run(args, out: Path, setting: str, arm: str, seed: int, start: str | None) -
     critics = [{"iteration": r["iteration"]} | {k: v for k, v in r.items() if k.startswith(
         ("digirl/curriculum_kept/", "digirl/p_instr/", "instruction_critic/", "step_critic/"))}
         for r in records if any(k.startswith("digirl/") for k in r)]  # fmt: skip
-    return {"curve": curve, "final": curve[-1] if curve else {}, "episodes": solved_steps(run_dir), "critics": critics}
+    groups = [{"iteration": r["iteration"]} | {k: v for k, v in r.items() if k in GROUP_COUNTS}
+              for r in records if "grpo/groups" in r]  # fmt: skip
+    return {"curve": curve, "final": curve[-1] if curve else {}, "episodes": solved_steps(run_dir), "critics": critics,
+            **({"groups": groups} if groups else {})}  # fmt: skip
 
 
 # what must be equal for runs reported earlier to be reported beside new ones

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -78,8 +78,7 @@ class Ranked:
     """What the instruction critic and the curriculum rank: the run's history, or the sample in hand."""
 
     rows: Summaries
-    _fetch: Callable[[list[str]], list[Trajectory]]
-    fetched: list[Trajectory] = field(default_factory=list)
+    fetch: Callable[[list[str]], list[Trajectory]]  # the trajectories of these ids, whole
 
     @classmethod
     def of(cls, history: History | None, sample: list[Trajectory]) -> Ranked:
@@ -92,11 +91,6 @@ class Ranked:
         """The validation share of the rows (by id, as for the sample), or the rest."""
         ids = self.rows.ids
         return self.rows.take([i for i in range(len(ids)) if is_validation(ids[i], validation_fraction) == validation])
-
-    def fetch(self, ids: list[str]) -> list[Trajectory]:
-        trajectories = self._fetch(ids)
-        self.fetched += trajectories
-        return trajectories
 
 
 class DigiRL:

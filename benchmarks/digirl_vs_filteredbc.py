@@ -187,7 +187,17 @@ def plot(table: dict[str, list[dict]], path: Path) -> None:
     image = Image.new("RGB", (width, height), "white")
     draw = ImageDraw.Draw(image)
     top = max(p["env_steps_mean"] for rows in table.values() for p in rows) or 1
-    colours = [(31, 119, 180), (214, 39, 40), (44, 160, 44), (148, 103, 189)]
+    colours = [
+        (31, 119, 180),
+        (214, 39, 40),
+        (44, 160, 44),
+        (148, 103, 189),
+        (255, 127, 14),
+        (140, 86, 75),
+        (227, 119, 194),
+        (23, 190, 207),
+        (127, 127, 127),
+    ]  # one an arm up to 9 (the synthweb bench has 9)
 
     def xy(steps, rate):
         return pad + (width - 2 * pad) * steps / top, height - pad - (height - 2 * pad) * rate

@@ -119,7 +119,8 @@ def overrides(args, setting: str, arm: str, seed: int, start: str | None = None)
                    *start_keys]  # fmt: skip
 
 
-# GRPO's groups per iteration: how many, how many had one reward in every member (no advantage), and the rest
+# GRPO's groups per iteration: all, those with one reward in every member (no advantage), those too small to
+# score, and the step-level anchor groups
 GROUP_COUNTS = ("grpo/groups", "grpo/uniform_groups", "grpo/skipped_small_groups", "grpo/step_groups")
 
 

@@ -170,11 +170,12 @@ def interval(values: list[float]) -> dict:
 
 
 def summarize(runs: dict[int, dict]) -> list[dict]:
-    """Per evaluation point (by index: the same iterations and nearly the same env steps in every seed)."""
+    """Per evaluation point (by index: the same iterations and nearly the same env steps in every seed), the last
+    being each run's end: a run whose end came just before an evaluation point has one point fewer."""
     points = min(len(r["curve"]) for r in runs.values())
     out = []
     for i in range(points):
-        at = [r["curve"][i] for r in runs.values()]
+        at = [r["curve"][i if i < points - 1 else -1] for r in runs.values()]
         out.append(
             {"iteration": at[0]["iteration"], "env_steps_mean": float(np.mean([p["env_steps"] for p in at]))}
             | interval([p["success"] for p in at])

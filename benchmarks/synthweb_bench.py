@@ -184,7 +184,7 @@ def reported(path: Path, args, setting: str, start_eval: dict | None) -> tuple[d
     if differs:
         sys.exit(f"--add: {path} was made under other settings ({', '.join(differs)}); run without --add")
     runs = {arm: {int(seed): r for seed, r in by_seed.items()} for arm, by_seed in earlier["runs"].items()}
-    return runs, [*earlier.get("earlier_commands", []), earlier["command"]]
+    return runs, list(dict.fromkeys([*earlier.get("earlier_commands", []), earlier["command"]]))  # once each
 
 
 def main() -> None:
@@ -245,10 +245,11 @@ def main() -> None:
                 final[a][key] = interval(known) if known else None
             print(f"{setting} {a:>7}: {final[a]['mean']:.3f} [{final[a]['ci95'][0]:.3f}, {final[a]['ci95'][1]:.3f}]")
         plot(table, RESULTS / f"{name}.png")
-        result = {"command": "python benchmarks/synthweb_bench.py " + " ".join(sys.argv[1:]),
+        command = "python benchmarks/synthweb_bench.py " + " ".join(sys.argv[1:])
+        result = {"command": command,
                   "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
                   "setting": setting, "overrides": SETTINGS[setting], "settings": vars(args), "at_budget": final,
-                  "start": start_eval, "earlier_commands": commands,
+                  "start": start_eval, "earlier_commands": [c for c in commands if c != command],
                   "table": table, "runs": {a: {str(k): r for k, r in b.items()} for a, b in runs.items()}}  # fmt: skip
         (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=1))
 

@@ -45,7 +45,10 @@ def test_a_token_budget_changes_no_number_of_the_update(reduction, packing):
     assert cut_metrics["actor/loss"] == pytest.approx(plain["actor/loss"], rel=1e-5)
     assert cut_metrics["actor/grad_norm"] == pytest.approx(plain["actor/grad_norm"], rel=1e-4)
     for a, b in zip(plain_weights, cut_weights):
-        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+        # Adam divides by sqrt(v): an element whose gradients are near 0 moves by a rounding-sized amount times
+        # ~1/sqrt(v), so summing chunks in another order may move it ~1e-6; a lost or doubled chunk moves
+        # elements by a share of lr (1e-3)
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
 
 
 def test_a_step_averages_over_the_whole_batch_not_over_micro_batch_means():

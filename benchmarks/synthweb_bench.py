@@ -178,8 +178,11 @@ def reported(path: Path, args, setting: str, start_eval: dict | None) -> tuple[d
     differs = [k for k in PROTOCOL if earlier["settings"].get(k) != vars(args)[k]]
     if earlier["overrides"] != SETTINGS[setting]:
         differs.append(f"the overrides of {setting}")
-    start_rates = {k: v for k, v in (start_eval or {}).items() if k.startswith("eval/success_rate")}
-    if start_rates != {k: v for k, v in (earlier["start"] or {}).items() if k.startswith("eval/success_rate")}:
+
+    def rates(evaluation: dict | None) -> dict:  # overall and per depth
+        return {k: v for k, v in (evaluation or {}).items() if k.startswith("eval/success_rate")}
+
+    if rates(start_eval) != rates(earlier["start"]):
         differs.append("the shared start's evaluation")
     if differs:
         sys.exit(f"--add: {path} was made under other settings ({', '.join(differs)}); run without --add")

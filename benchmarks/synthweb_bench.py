@@ -1,14 +1,15 @@
-"""Every algorithm on the synthetic suite's settings at equal env steps, over seeds: the runs that test the
-predictions written before them in docs/algorithms/predictions.md (settings S1-S4, arms FBC-s, FBC-q, D, D-c,
-D-lam1, the sanity arm S, GRPO (G), GRPO with step-level groups (G-step) and Dr. GRPO (G-dr)). This script is the
-protocol; it changes no setting or arm after seeing results (a new setting is added under a new name, as the
-predictions page says).
+"""Every algorithm on the synthetic suite's settings, and on a MiniWoB++ suite played the same way, at equal env
+steps, over seeds: the runs that test the predictions written before them in docs/algorithms/predictions.md
+(settings S1-S4 and MW, arms FBC-s, FBC-q, D, D-c, D-lam1, the sanity arm S, GRPO (G), GRPO with step-level groups
+(G-step), Dr. GRPO (G-dr) and GRPO with the replay of successes (G-rep)). This script is the protocol; it changes
+no setting or arm after seeing results (a new setting is added under a new name, as the predictions page says).
 
     python benchmarks/synthweb_bench.py --settings S1 --seeds 0 1 2 3 4 5 6 7 8 9
     python benchmarks/synthweb_bench.py --settings S4 --dataset data/synthweb-s4   # benchmarks/synthweb_dataset.py
 
-Every arm of an online setting starts from one policy (`shared_start`: offline filtered BC on clean scripted
-demonstrations of the setting's training tasks; the predictions page says why). Each run is `rlsys-train` with
+Every arm of an online setting starts from one policy (`shared_start`: offline filtered BC on scripted
+demonstrations of the setting's training tasks, which on MW are its tasks' demonstrators,
+benchmarks/miniwob_demos.py; the predictions page says why). Each run is `rlsys-train` with
 the setting's and the arm's overrides: online settings train to `--env-steps` training env steps
 (`run.max_env_steps`), the offline one for the same number of gradient steps in every arm, and all are evaluated
 greedily on `--eval-episodes` held-out tasks of the same mix. Per arm: success at each evaluation point (mean and
@@ -28,13 +29,18 @@ import shutil
 import sys
 from pathlib import Path
 
+import miniwob_demos
 import numpy as np
 import synthweb_dataset
 from digirl_vs_filteredbc import RESULTS, finished, interval, plot, summarize, train
 
 from rlsys.data.shards import read_trajectories
+from rlsys.envs.web.miniwob_demos import SUITE
 
-BASE = str(Path(__file__).with_name("synthweb_bench.yaml"))  # the suite, held-out evaluation, element actions
+BASE = str(Path(__file__).with_name("synthweb_bench.yaml"))
+# the multi-step MiniWoB++ tasks with scripted demonstrations but enter-text-2, which asks for a word in another case
+# than the instruction's: a pointing policy types only spans of the instruction
+MW_TASKS = [t for t in SUITE if t != "enter-text-2"]  # the suite, held-out evaluation, element actions
 S3 = ["tasks.synthweb.min_depth=2", "tasks.synthweb.max_depth=4", "tasks.synthweb.min_distractors=2",
       "tasks.synthweb.max_distractors=6", "env.synthweb.wrong_link=stay", "tasks.synthweb.impossible=0.0",
       "env.max_steps=10"]  # fmt: skip
@@ -55,7 +61,10 @@ SETTINGS = {
     "S4": ["env.synthweb.wrong_link=detour", "tasks.synthweb.min_depth=8", "tasks.synthweb.max_depth=15",
            "tasks.synthweb.min_distractors=1", "tasks.synthweb.max_distractors=4", "tasks.synthweb.impossible=0.1",
            "env.max_steps=30"],
+    # the MiniWoB++ suite (predictions.md, "The MiniWoB++ suite"); 8 steps, one more than the longest demonstration
+    "MW": [f"tasks.train=[{','.join(MW_TASKS)}]", "env.max_steps=8"],
 }  # fmt: skip
+MINIWOB = {"MW": str(Path(__file__).with_name("miniwob_bench.yaml"))}  # settings on real pages: their base config
 OFFLINE = {"S4"}
 ARMS = {
     "FBC-s": ["learner.algorithm=filtered_bc", "learner.filter=success"],
@@ -71,6 +80,8 @@ ARMS = {
                "learner.grpo.step_groups=true"],  # GiGPO's step-level groups (predictions.md)
     "G-dr": ["learner.algorithm=grpo", "run.group_size=4", "learner.sample_trajectories=32", "learner.grpo.epochs=2",
              "learner.grpo.scale_by_std=false"],  # Dr. GRPO's advantages, R - mean (predictions.md)
+    "G-rep": ["learner.algorithm=grpo", "run.group_size=4", "learner.sample_trajectories=32", "learner.grpo.epochs=2",
+              "learner.grpo.success_replay=true"],  # ARPO's replay of successes, for suites whose tasks recur (MW)
 }  # fmt: skip
 DIGIRL_SIZES = ["learner.digirl.text_hidden=32", "learner.digirl.image_feature_dim=32"]
 # filtered BC takes as many actor steps an iteration as DigiRL's actor (learner.digirl.actor_steps)
@@ -79,14 +90,17 @@ FBC_STEPS = "learner.updates_per_iteration=20"
 
 def shared_start(args, out: Path, setting: str) -> tuple[str, dict]:
     """The weak policy every arm of an online setting starts from: filtered BC trained offline, for
-    `--start-iterations` iterations, on `--start-episodes` episodes of the scripted weak policy
-    (benchmarks/synthweb_dataset.py) on the setting's training tasks. Its policy folder and its evaluation."""
-    data = out / setting / "start-data"
+    `--start-iterations` iterations, on `--start-episodes` episodes of a scripted policy on the setting's training
+    tasks (benchmarks/synthweb_dataset.py's, or on MW the demonstrators). Its policy folder and its evaluation."""
+    data, base = out / setting / "start-data", MINIWOB.get(setting, BASE)
     if not (data / "dataset.json").exists():
         shutil.rmtree(data, ignore_errors=True)
-        synthweb_dataset.main(["--out", str(data), "--config", BASE, "--episodes", str(args.start_episodes),
-                               "--seed", "1000", "--p-right", str(args.start_p_right), "--p-back", "1.0",
-                               "--set", *SETTINGS[setting]])  # fmt: skip
+        common = ["--out", str(data), "--config", base, "--episodes", str(args.start_episodes), "--seed", "1000"]
+        if setting in MINIWOB:  # the suite's demonstrators, on training problems
+            miniwob_demos.main([*common, "--tasks", *MW_TASKS, "--set", *SETTINGS[setting]])
+        else:
+            synthweb_dataset.main([*common, "--p-right", str(args.start_p_right), "--p-back", "1.0",
+                                   "--set", *SETTINGS[setting]])  # fmt: skip
     n = args.start_iterations
     run_dir = out / setting / "start"
     records = train(run_dir, [*SETTINGS[setting], f"policy.kind={args.policy}", "run.seed=1000",
@@ -94,8 +108,9 @@ def shared_start(args, out: Path, setting: str) -> tuple[str, dict]:
                               "metrics.report=false", "ray.dashboard=false", "run.training=offline",
                               f"offline.data=[{data}]", "replay.capacity=4000", "learner.algorithm=filtered_bc",
                               "learner.filter=success", FBC_STEPS, f"learner.lr={args.start_lr}",
-                              f"learner.offline_iterations={n}", "run.eval_every=1", f"run.checkpoint_every={n}",
-                              *args.set], config=BASE)  # fmt: skip
+                              f"learner.offline_iterations={n}", f"run.checkpoint_every={n}",
+                              # an evaluation on real pages takes minutes: there, at the start's end only
+                              f"run.eval_every={n if setting in MINIWOB else 1}", *args.set], config=base)  # fmt: skip
     evaluations = [r for r in records if "eval/success_rate" in r]
     return str(sorted((run_dir / "checkpoints").iterdir())[-1] / "policy"), evaluations[-1]
 
@@ -139,7 +154,7 @@ def solved_steps(run_dir: Path) -> dict:
 def per_solved(trajectories: list) -> dict:
     solved = [t for t in trajectories if t.outcome == "success"]
     steps = [len(t.steps) for t in solved]
-    wasted = [len(t.steps) - int(t.task.meta["depth"]) for t in solved]
+    wasted = [len(t.steps) - int(t.task.meta["depth"]) for t in solved if "depth" in t.task.meta]  # synthweb
     return {"solved": len(solved), "steps_per_solved": float(np.mean(steps)) if steps else None,
             "wasted_per_solved": float(np.mean(wasted)) if wasted else None}  # fmt: skip
 
@@ -150,7 +165,7 @@ def run(args, out: Path, setting: str, arm: str, seed: int, start: str | None) -
     settings = overrides(args, setting, arm, seed, start)
     if args.finished_only and not finished(run_dir, settings):
         return None
-    records = train(run_dir, settings, config=BASE)
+    records = train(run_dir, settings, config=MINIWOB.get(setting, BASE))
     curve = [{"iteration": r["iteration"], "env_steps": r.get("env_steps", 0), "success": r["eval/success_rate"]}
              | {k.removeprefix("eval/success_rate/"): v for k, v in r.items() if k.startswith("eval/success_rate/")}
              for r in records if "eval/success_rate" in r]  # fmt: skip

@@ -123,6 +123,7 @@ class RunnerPool:
 
     def _replace(self, slot: int, why: str) -> None:
         """Kill the slot's runner; a new one is started after the slot's backoff."""
+        self._raise_if_the_weight_store_died(why)
         self.restarts += 1
         where = self._where(slot)
         if self.restarts > self.cfg.runners.max_restarts:
@@ -139,6 +140,16 @@ class RunnerPool:
             self._idle.remove(slot)
         self._generation[slot] += 1
         self._cooling[slot] = time.monotonic() + delay
+
+    def _raise_if_the_weight_store_died(self, why: str) -> None:
+        """A runner that failed because the weight store died would fail so after every restart: end the run now
+        (the trainer names the dead store) rather than restart runners until `max_restarts`."""
+        try:
+            ray.get(self.weight_store.__ray_ready__.remote(), timeout=10)
+        except RayActorError as e:
+            raise RayActorError(f"the weight store died; a runner failed with it: {why}") from e
+        except GetTimeoutError:  # busy, not dead: the runner's own failure
+            pass
 
     def _tick(self, now: float) -> None:
         """Start the runners whose backoff ended, warn about unplaced ones, send due health probes."""

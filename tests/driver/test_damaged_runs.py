@@ -95,7 +95,8 @@ def test_resume_with_no_intact_checkpoint_names_every_damaged_file(two_checkpoin
 
 
 @pytest.mark.parametrize("store", ["replay-buffer", "weight-store"])
-def test_a_store_that_dies_is_named(ray_session, tmp_path, store):
+def test_a_store_that_dies_is_named(ray_session, tmp_path, caplog, store):
+    caplog.set_level(logging.WARNING)
     cfg = small(tmp_path, run__iterations=6)
     trainer = Trainer(cfg, cfg.output_dir)
     failure = {}
@@ -120,6 +121,8 @@ def test_a_store_that_dies_is_named(ray_session, tmp_path, store):
     assert message.startswith(f"the {store} actor died"), message
     assert "learner-0 died" not in message
     assert "The run stopped at iteration" in message  # and where it can go on from
+    # runners that failed with the store are not restarted, each to fail again, before the run ends
+    assert not [r.getMessage() for r in caplog.records if " replaced in " in r.getMessage()]
 
 
 def cut_weights_and_manifest(run):

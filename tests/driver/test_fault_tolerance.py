@@ -84,16 +84,25 @@ def test_a_runner_that_stops_answering_is_replaced_by_its_health_probe(store, tm
         pool.shutdown()
 
 
+def unreadable_store():
+    """A weight store whose every pull raises: an exception inside each runner's episode. (A dead store is no way to
+    make one: the pool ends the run then, see test_damaged_runs.)"""
+
+    class UnreadableWeightStore(WeightStore):  # defined here, so that Ray ships it to its workers by value
+        def get_if_newer(self, version):
+            raise OSError("the weights could not be read")
+
+    return ray.remote(UnreadableWeightStore).options(num_cpus=0).remote()
+
+
 def test_an_exception_inside_a_runner_costs_its_episode_not_the_run(ray_session, tmp_path):
     cfg = sim_config(tmp_path, step_s=0.05, max_steps=2, policy__kind="random")
-    store = ray.remote(WeightStore).options(num_cpus=0).remote()  # never publishes, then goes away
-    pool = RunnerPool(cfg, store)
+    pool = RunnerPool(cfg, unreadable_store())
     try:
-        ray.kill(store)
         submit(pool, task(0))
         traj = collect(pool)
         assert traj.outcome == "env_error" and not traj.trainable
-        assert traj.error.startswith("runner raised mid-episode: ActorDiedError")
+        assert traj.error.startswith("runner raised mid-episode: ") and "the weights could not be read" in traj.error
         assert pool.restarts == 1
     finally:
         pool.shutdown()

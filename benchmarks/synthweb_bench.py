@@ -37,10 +37,10 @@ from digirl_vs_filteredbc import RESULTS, finished, interval, plot, summarize, t
 from rlsys.data.shards import read_trajectories
 from rlsys.envs.web.miniwob_demos import SUITE
 
-BASE = str(Path(__file__).with_name("synthweb_bench.yaml"))
+BASE = str(Path(__file__).with_name("synthweb_bench.yaml"))  # the suite, held-out evaluation, element actions
 # the multi-step MiniWoB++ tasks with scripted demonstrations but enter-text-2, which asks for a word in another case
 # than the instruction's: a pointing policy types only spans of the instruction
-MW_TASKS = [t for t in SUITE if t != "enter-text-2"]  # the suite, held-out evaluation, element actions
+MW_TASKS = [t for t in SUITE if t != "enter-text-2"]
 S3 = ["tasks.synthweb.min_depth=2", "tasks.synthweb.max_depth=4", "tasks.synthweb.min_distractors=2",
       "tasks.synthweb.max_distractors=6", "env.synthweb.wrong_link=stay", "tasks.synthweb.impossible=0.0",
       "env.max_steps=10"]  # fmt: skip

@@ -147,7 +147,7 @@ class RunnerPool:
         try:
             ray.get(self.weight_store.__ray_ready__.remote(), timeout=10)
         except RayActorError as e:
-            raise RayActorError(f"the weight store died; a runner failed with it: {why}") from e
+            raise RuntimeError(f"the weight store died; a runner failed with it: {why}") from e
         except GetTimeoutError:  # busy, not dead: the runner's own failure
             pass
 

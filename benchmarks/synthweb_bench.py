@@ -55,6 +55,7 @@ SETTINGS = {
     "S2": ["env.synthweb.wrong_link=stay", "tasks.synthweb.min_depth=1", "tasks.synthweb.max_depth=6",
            "tasks.synthweb.min_distractors=2", "tasks.synthweb.max_distractors=6", "tasks.synthweb.confusable=0.5",
            "tasks.synthweb.impossible=0.2", "env.max_steps=12"],
+    "S3-clean": S3,  # P3.3's noise-free result, added before any S3 run (predictions.md)
     "S3-slips": [*S3, "env.synthweb.slip_prob=0.15"],
     "S3-noise": [*S3, "env.synthweb.reward_noise=0.3"],
     "S3-both": [*S3, "env.synthweb.slip_prob=0.15", "env.synthweb.reward_noise=0.3"],

@@ -1,18 +1,18 @@
 """The download cap (env.download_max_mb), enforced while the bytes arrive rather than when the page is next
 observed: a download over the cap is cancelled, and Chromium deletes what it had written.
 
-The env hears of downloads over its own DevTools connection (devtools.py; chromedriver exposes no events). Downloads
-are allowed into the env's folder with events on: `Browser.downloadWillBegin` names each download, and
-`Browser.downloadProgress` says how far it got. A download whose announced size (Content-Length) is over the cap is
-cancelled at its first progress event, before the body reaches the cap unless the machine delays that event while
-the server sends fast (a 2-core machine under load delayed it past 1 MB at 13 MB/s). Without one, the progress
-events come only every 500 ms, time for a fast server to write hundreds of MB, so while a download is in progress a
-sampler reads the sizes of the partial files (`*.crdownload`) every SAMPLE_S and cancels (`Browser.cancelDownload`)
-the download behind one over the cap. What lands in the folder beyond the cap is what arrives between two samples
-and during the cancellation, about 20 ms of the download on a busy 2-core machine: with a 1 MB cap the folder peaked
-at 1.05-1.18 MB for a server sending 13 MB/s, and at 1.2-3.8 MB for one sending as fast as loopback and the
-confinement proxy go (50 MB in 0.3-0.5 s). A download that completes between two samples is over the cap only as a
-whole file, which the env's observation removes.
+The env hears of downloads over its own DevTools connection (devtools.py; chromedriver exposes no events).
+Downloads are allowed into the env's folder with events on: `Browser.downloadWillBegin` names each download, and
+`Browser.downloadProgress` says how far it got. A download whose announced size (Content-Length) is over the cap
+is cancelled at its first progress event, before the body reaches the cap unless a loaded machine delays that
+event (once, on 2 busy cores, past 1 MB at 13 MB/s). Without one, the progress events come only
+every 500 ms, time for a fast server to write hundreds of MB, so while a download is in progress a sampler reads
+the sizes of the partial files (`*.crdownload`) every SAMPLE_S and cancels (`Browser.cancelDownload`) the
+download behind one over the cap. What lands in the folder beyond the cap is what arrives between two samples
+and during the cancellation, about 20 ms of the download on a busy 2-core machine: with a 1 MB cap the folder
+peaked at 1.05-1.18 MB for a server sending 13 MB/s, and at 1.2-3.8 MB for one sending as fast as loopback and
+the confinement proxy go (50 MB in 0.3-0.5 s). A download that completes between two samples is over the cap
+only as a whole file, which the env's observation removes.
 """
 
 from __future__ import annotations

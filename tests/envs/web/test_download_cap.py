@@ -38,7 +38,7 @@ class Handler(BaseHTTPRequestHandler):
             self._answer(200, "text/html", PAGE)
         elif self.path in ("/stream.bin", "/announced.bin", "/slow.bin"):
             # announced.bin comes as slowly as slow.bin: its cancellation waits for Chromium's first progress
-            # event, which a loaded machine delays by ~100 ms, and at 13 MB/s the cap arrives sooner than that
+            # event, which a loaded machine once delayed past 16 chunks (the cap) at stream.bin's pace
             self._stream(self.path[1:], pause_s=0.005 if self.path == "/stream.bin" else 0.05)
         else:
             self._answer(404, "text/plain", b"")

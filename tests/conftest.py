@@ -2,11 +2,22 @@ import functools
 import os
 import shutil
 import signal
+import tempfile
 from unittest import mock
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+# scripts/test.sh runs the suite on pytest-xdist workers. Each gets a temp folder of its own, which every process it
+# starts inherits (Ray, which keeps its sessions there, and Chromium, which keeps TMPDIR): a test that looks at all
+# of the machine's processes counts only its worker's (`started_here`), and no Ray finds another worker's session.
+# (Short: Ray's socket paths beneath it are near the 107-byte limit. Tests import this module a second time, as
+# tests.conftest, which finds the folder set.)
+if (_WORKER := os.environ.get("PYTEST_XDIST_WORKER")) and os.path.basename(tempfile.gettempdir()) != f"rlsys-{_WORKER}":
+    os.environ["TMPDIR"] = os.path.join(tempfile.gettempdir(), f"rlsys-{_WORKER}")
+    os.makedirs(os.environ["TMPDIR"], exist_ok=True)
+    tempfile.tempdir = None
 
 import pytest
 
@@ -93,15 +104,26 @@ def ray_session():
     ray.shutdown()
 
 
+def started_here(process) -> bool:
+    """Whether a psutil process was started by this test process (or by what it started), not by another worker's."""
+    import psutil
+
+    try:
+        return not _WORKER or process.environ().get("TMPDIR") == os.environ["TMPDIR"]
+    except psutil.Error:
+        return False
+
+
 def browsers_started_after(t0: float) -> list:
-    """Chromium/chromedriver processes created after `t0` that are still running."""
+    """Chromium/chromedriver processes this worker created after `t0` that are still running."""
     import psutil
 
     alive = []
     for p in psutil.process_iter(["name", "create_time", "status"]):
         info = p.info
         if info["name"] and "chrom" in info["name"] and info["create_time"] >= t0 and info["status"] != "zombie":
-            alive.append(p.pid)
+            if started_here(p):
+                alive.append(p.pid)
     return alive
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from rlsys.config import to_dict
 from rlsys.driver.ray_init import ONE_MACHINE
-from tests.conftest import make_config
+from tests.conftest import make_config, started_here
 
 ROOT = str(Path(__file__).resolve().parents[2])
 
@@ -33,7 +33,7 @@ def ray_cli() -> str:
 
 def start_node(env: dict, *args: str) -> list[int]:
     """`ray start` with its own ports; returns the processes it left running (the node)."""
-    before = {p.pid for p in psutil.process_iter()}
+    before = {p.pid for p in psutil.process_iter() if started_here(p)}
     ports = ["--node-manager-port", "--object-manager-port", "--metrics-export-port", "--runtime-env-agent-port",
              "--dashboard-agent-grpc-port", "--dashboard-agent-listen-port"]  # fmt: skip
     chosen = [f"{flag}={free_port()}" for flag in ports if flag not in " ".join(args)]
@@ -44,7 +44,7 @@ def start_node(env: dict, *args: str) -> list[int]:
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     time.sleep(1)
-    return sorted({p.pid for p in psutil.process_iter()} - before)
+    return sorted({p.pid for p in psutil.process_iter() if started_here(p)} - before)
 
 
 def stop(pids: list[int]) -> None:

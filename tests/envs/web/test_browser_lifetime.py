@@ -15,7 +15,7 @@ import yaml
 
 from rlsys.config import to_dict
 from rlsys.envs.web.browser import PROFILE_PREFIX, Browser
-from tests.conftest import _chromium_paths, make_config
+from tests.conftest import _chromium_paths, assert_no_browsers_left, browsers_started_after, make_config
 from tests.support.train_command import kill_session, start_train
 
 
@@ -135,3 +135,16 @@ def test_a_start_removes_the_profiles_whose_owner_is_gone(tmp_path):
     finally:
         browser.close()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in (mine, unnamed, other))
+
+
+def test_the_suites_count_of_browsers_left_sees_one_started_here(tmp_path):
+    """What the whole-run tests assert empty after a run (browsers_started_after) counts a browser this test
+    started, also on a pytest-xdist worker, where other workers' browsers are told apart by their TMPDIR."""
+    t0 = time.time()
+    chromium, chromedriver = _chromium_paths()
+    browser = Browser(chromium, chromedriver, [400, 300], True, 30, None, str(tmp_path))
+    try:
+        assert len(browsers_started_after(t0)) >= 2  # chromedriver and Chromium, at least
+    finally:
+        browser.close()
+    assert_no_browsers_left(t0)

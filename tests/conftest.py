@@ -105,13 +105,19 @@ def ray_session():
 
 
 def started_here(process) -> bool:
-    """Whether a psutil process was started by this test process (or by what it started), not by another worker's."""
+    """False only for a psutil process seen to be another pytest-xdist worker's: by its TMPDIR, or by that of the
+    nearest process above it that has one (Chromium's zygote starts its renderers without any environment)."""
     import psutil
 
+    if not _WORKER:
+        return True
     try:
-        return not _WORKER or process.environ().get("TMPDIR") == os.environ["TMPDIR"]
+        for p in (process, *process.parents()):
+            if (folder := p.environ().get("TMPDIR")) is not None:
+                return folder == os.environ["TMPDIR"]
     except psutil.Error:
-        return False
+        pass
+    return True  # not known to be another's: counted, so that a leak is never hidden
 
 
 def browsers_started_after(t0: float) -> list:

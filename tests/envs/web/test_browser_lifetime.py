@@ -15,7 +15,7 @@ import yaml
 
 from rlsys.config import to_dict
 from rlsys.envs.web.browser import PROFILE_PREFIX, Browser
-from tests.conftest import _chromium_paths, assert_no_browsers_left, browsers_started_after, make_config
+from tests.conftest import _chromium_paths, assert_no_browsers_left, browsers_started_after, make_config, started_here
 from tests.support.train_command import kill_session, start_train
 
 
@@ -139,12 +139,17 @@ def test_a_start_removes_the_profiles_whose_owner_is_gone(tmp_path):
 
 def test_the_suites_count_of_browsers_left_sees_one_started_here(tmp_path):
     """What the whole-run tests assert empty after a run (browsers_started_after) counts a browser this test
-    started, also on a pytest-xdist worker, where other workers' browsers are told apart by their TMPDIR."""
-    t0 = time.time()
+    started, renderers included, also on a pytest-xdist worker, where other workers' are told apart by TMPDIR."""
     chromium, chromedriver = _chromium_paths()
     browser = Browser(chromium, chromedriver, [400, 300], True, 30, None, str(tmp_path))
     try:
-        assert len(browsers_started_after(t0)) >= 2  # chromedriver and Chromium, at least
+        procs = [p for p in browser_processes_beneath(os.getpid()) if "chrom" in p.name()]
+        assert any("--type=renderer" in p.cmdline() for p in procs)
+        assert all(started_here(p) for p in procs)
+        # from the browser's own start, on psutil's clock (whole seconds from boot: time.time() taken just before
+        # the start may read later than the start times of the processes)
+        t0 = min(p.create_time() for p in procs)
+        assert {p.pid for p in procs} <= set(browsers_started_after(t0))
     finally:
         browser.close()
     assert_no_browsers_left(t0)

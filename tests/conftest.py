@@ -11,7 +11,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 # scripts/test.sh runs the suite on pytest-xdist workers. Each gets a temp folder of its own, which every process it
 # starts inherits (Ray, which keeps its sessions there, and Chromium, which keeps TMPDIR): a test that looks at all
-# of the machine's processes counts only its worker's (`started_here`), and no Ray finds another worker's session.
+# of the machine's processes leaves out those it can tell another worker started (`started_here`), and no Ray finds
+# another worker's session.
 # (Short: Ray's socket paths beneath it are near the 107-byte limit. Tests import this module a second time, as
 # tests.conftest, which finds the folder set.)
 if (_WORKER := os.environ.get("PYTEST_XDIST_WORKER")) and os.path.basename(tempfile.gettempdir()) != f"rlsys-{_WORKER}":
@@ -121,7 +122,7 @@ def started_here(process) -> bool:
 
 
 def browsers_started_after(t0: float) -> list:
-    """Chromium/chromedriver processes this worker created after `t0` that are still running."""
+    """Chromium/chromedriver processes created after `t0` that are still running, but another worker's."""
     import psutil
 
     alive = []

@@ -59,6 +59,14 @@ def make_config(tmp_path, **overrides):
     return load_config(None, data=data)
 
 
+# make_config overrides for runs whose subject is the driver's loop, not the browser: the simulated env (no
+# Chromium to start in each runner), its observations shaped as the web env's
+SIMULATED_ENV = {
+    "env__kind": "sim",
+    "env__sim": {"reset_median_s": 0.05, "step_median_s": 0.05, "step_sigma": 0.0, "success_prob": 0.5},
+    "runners__resource": "browser",
+}
+
 FAKE_ACCESS_KEY = "AKIDSTUBEXAMPLE0000"
 
 

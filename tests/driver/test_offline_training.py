@@ -8,7 +8,7 @@ from rlsys.config import ConfigError, check_paths
 from rlsys.data import checkpoint
 from rlsys.driver.metrics import read_metrics
 from rlsys.driver.trainer import Trainer
-from tests.conftest import assert_no_browsers_left, browsers_started_after, make_config
+from tests.conftest import SIMULATED_ENV, assert_no_browsers_left, browsers_started_after, make_config
 
 TINY_DIGIRL = {
     "text_hidden": 16,
@@ -37,7 +37,7 @@ def run(cfg, resume=False):
 def collected(ray_session, tmp_path_factory):
     """Offline data: the trajectories of a short online run."""
     tmp = tmp_path_factory.mktemp("collect")
-    cfg = make_config(tmp, run__iterations=1, run__rollout_size=8)
+    cfg = make_config(tmp, **SIMULATED_ENV, run__iterations=1, run__rollout_size=8)
     run(cfg)
     return cfg.output_dir / "trajectories"
 
@@ -65,6 +65,7 @@ def test_off2on_digirl_completes_then_resumes_without_skipping_or_repeating(coll
         "learner__algorithm": "digirl",
         "learner__digirl": TINY_DIGIRL,
         "offline__data": [str(collected)],
+        **SIMULATED_ENV,
     }
     cfg = make_config(tmp_path, run__iterations=1, **off2on)
     run(cfg)
@@ -94,6 +95,7 @@ def test_off2on_digirl_completes_then_resumes_without_skipping_or_repeating(coll
 def test_off2on_offline_data_stays_in_the_history_beyond_capacity_and_is_never_stale(collected, tmp_path):
     cfg = make_config(
         tmp_path,
+        **SIMULATED_ENV,
         run__training="off2on",
         run__iterations=1,
         run__max_policy_lag=0,

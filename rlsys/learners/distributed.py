@@ -14,11 +14,20 @@ Their forward and backward passes are collective, so every rank runs as many as 
 
 from __future__ import annotations
 
+import sys
+
 import torch
 import torch.distributed as dist
-from torch.distributed.tensor import DTensor
 
 BUCKET_ELEMENTS = 1 << 25  # gradients summed per all-reduce: 128 MB in float32
+
+
+def is_dtensor(value) -> bool:
+    """Whether `value` is a DTensor (a sharded parameter or state), told without importing torch.distributed.tensor:
+    a DTensor exists only once FSDP2 (rlsys.learners.sharding) imported it, and the import costs every learner and
+    driver process about a second of CPU at start."""
+    module = sys.modules.get("torch.distributed.tensor")
+    return module is not None and isinstance(value, module.DTensor)
 
 
 def in_group() -> bool:
@@ -48,7 +57,7 @@ def agreed_passes(passes: int, params) -> int:
     own, or, where `params` are sharded (each pass gathers them from the whole group), the most any process
     of the group has. A process with fewer parts makes up the difference with passes that add nothing (a
     stand-in item's loss times zero)."""
-    if not in_group() or not any(isinstance(p, DTensor) for p in params):
+    if not in_group() or not any(is_dtensor(p) for p in params):
         return passes
     t = torch.tensor([passes], dtype=torch.int64, device=_device())
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
@@ -61,7 +70,7 @@ def sum_gradients(params: list[torch.nn.Parameter]) -> None:
     whose shard was empty contributes zeros. Sharded parameters' gradients are sums already."""
     if not in_group():
         return
-    replicated = [p for p in params if not isinstance(p, DTensor)]
+    replicated = [p for p in params if not is_dtensor(p)]
     for bucket in _buckets(replicated):
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in bucket]
         flat = torch.cat([g.reshape(-1).float() for g in grads])

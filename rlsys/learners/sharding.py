@@ -13,27 +13,28 @@ Gathering weights for publishing and checkpoints is collective too: every rank e
 `full_state_dict`), and rank 0 gets the whole tensors, on the CPU, one at a time (`get_model_state_dict` with
 `full_state_dict` and `cpu_offload`); the other ranks get nothing. Optimizer states are gathered to rank 0 the same
 way (`optimizer_state`), and each rank keeps its rows when they are loaded. Outside a sharded model every function
-here is the identity (or the module's own state dict).
+here is the identity (or the module's own state dict). torch's FSDP2 and distributed-checkpoint modules are imported
+where a model is sharded or a sharded state gathered, not by every learner (about a second of CPU each).
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
-from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
-from torch.distributed.tensor import DTensor, distribute_tensor
 
-FULL_ON_RANK0 = StateDictOptions(full_state_dict=True, cpu_offload=True)
+from rlsys.learners.distributed import is_dtensor
 
 
 def shard_model(model: torch.nn.Module, device_type: str) -> None:
     """Shard `model` in place over the whole group (`device_type`: cpu for gloo, cuda for NCCL). Build optimizers
     after this: it replaces the parameters (by DTensors holding this rank's rows)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+
     mesh = init_device_mesh(device_type, (dist.get_world_size(),))
     # gradients are summed in float32 whatever the weights' dtype, as the replicated group sums them
     settings = {"mesh": mesh, "mp_policy": MixedPrecisionPolicy(reduce_dtype=torch.float32)}
@@ -52,12 +53,13 @@ def shard_model(model: torch.nn.Module, device_type: str) -> None:
 
 
 def is_sharded(model: torch.nn.Module) -> bool:
-    return isinstance(model, FSDPModule)
+    fsdp = sys.modules.get("torch.distributed.fsdp")  # not imported: nothing was sharded
+    return fsdp is not None and isinstance(model, fsdp.FSDPModule)
 
 
 def has_sharded(params) -> bool:
     """Whether any of `params` is sharded: their passes must then be matched across the group."""
-    return any(isinstance(p, DTensor) for p in params)
+    return any(is_dtensor(p) for p in params)
 
 
 def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -65,8 +67,11 @@ def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     empty dict)."""
     if not is_sharded(model):
         return {k: v.detach().to("cpu") for k, v in model.state_dict().items()}
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    on_rank0 = StateDictOptions(full_state_dict=True, cpu_offload=True)
     # torch 2.11 left a one-rank group's tensors on the GPU despite cpu_offload (benchmarks/learner_sharding.py)
-    return {k: v.cpu() for k, v in get_model_state_dict(model, options=FULL_ON_RANK0).items()}
+    return {k: v.cpu() for k, v in get_model_state_dict(model, options=on_rank0).items()}
 
 
 @contextmanager
@@ -101,6 +106,8 @@ def load_full_state_dict(model: torch.nn.Module, state: dict[str, torch.Tensor])
     if not is_sharded(model):
         model.load_state_dict(state)
         return
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
     set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True))
 
 
@@ -113,7 +120,7 @@ def optimizer_state(optimizer: torch.optim.Optimizer) -> dict:
     keep = dist.get_rank() == 0
     gathered = {}
     for index, values in sorted(state["state"].items()):  # the same order on every rank
-        whole = {k: v.full_tensor() if isinstance(v, DTensor) else v for k, v in values.items()}
+        whole = {k: v.full_tensor() if is_dtensor(v) else v for k, v in values.items()}
         gathered[index] = {k: v.cpu() for k, v in whole.items()} if keep else None
     return state | {"state": gathered} if keep else {}
 
@@ -121,7 +128,7 @@ def optimizer_state(optimizer: torch.optim.Optimizer) -> dict:
 def check_gathered(state, what: str) -> None:
     """Refuse a state to checkpoint that still holds a sharded tensor: it would hold this rank's rows only, and a
     group loading it would train on wrong optimizer states (ModuleOptimizer gathers its own: `optimizer_state`)."""
-    if isinstance(state, DTensor):
+    if is_dtensor(state):
         raise RuntimeError(f"{what} holds a sharded tensor: gather it whole (rlsys.learners.sharding.optimizer_state)")
     if isinstance(state, dict):
         for key, value in state.items():
@@ -145,7 +152,9 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict) -> None:
 
 def _like(param: torch.Tensor, value):
     """A whole state tensor shaped like a sharded parameter, as that parameter is sharded; a step count as it is."""
-    if not isinstance(param, DTensor) or not isinstance(value, torch.Tensor) or value.shape != param.shape:
+    if not is_dtensor(param) or not isinstance(value, torch.Tensor) or value.shape != param.shape:
         return value
+    from torch.distributed.tensor import distribute_tensor
+
     # every rank holds the whole tensor, so each takes its own rows without communication
     return distribute_tensor(value.to(param.device), param.device_mesh, param.placements, src_data_rank=None)

@@ -4,6 +4,8 @@ gathered weights and optimizer states are the whole ones."""
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 from dataclasses import replace
 from datetime import timedelta
 
@@ -207,3 +209,14 @@ def test_gradients_are_summed_bucket_by_bucket(tmp_path):
             assert torch.equal(grad.float(), torch.full((n,), 4.0 if n != 3 else 2.5))
         assert torch.equal(result["sharded"], torch.full((2, 2), rank + 1.0))
     assert len(distributed._buckets([torch.zeros(n) for n in (5, 7, 3, 20)])) == 1  # at the default size
+
+
+def test_a_learner_that_shards_nothing_does_not_import_fsdp():
+    """FSDP2's and distributed checkpointing's modules cost every learner and driver process about a second of CPU
+    to import: they are imported where a model is sharded, and a DTensor is told without them."""
+    heavy = ("torch.distributed.tensor", "torch.distributed.fsdp", "torch.distributed.checkpoint")
+    code = f"import sys, rlsys.learners.runtime.learner; print([m for m in {heavy!r} if m in sys.modules])"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+    assert not distributed.is_dtensor(torch.zeros(2))  # a DTensor is: the group tests above leave one alone

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import ray
 import torch
-from torch.distributed.tensor import DTensor
 
 from rlsys.config import Config
 from rlsys.core.types import Trajectory
@@ -76,7 +75,7 @@ class Learner:
         digest = hashlib.sha256()
         state = self.policy.model.state_dict() if self.sharded else self.policy.state_dict()
         for name, tensor in sorted(state.items()):
-            tensor = tensor.to_local() if isinstance(tensor, DTensor) else tensor
+            tensor = tensor.to_local() if distributed.is_dtensor(tensor) else tensor
             digest.update(name.encode())
             digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
         return digest.hexdigest()

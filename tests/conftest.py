@@ -130,7 +130,7 @@ def started_here(process) -> bool:
 
 
 def browsers_started_after(t0: float) -> list:
-    """Chromium/chromedriver processes created after `t0` that are still running, but another worker's."""
+    """Chromium/chromedriver processes created after `t0` that are still running, other than another worker's."""
     import psutil
 
     alive = []

@@ -18,13 +18,12 @@ from rlsys.data import checkpoint
 from rlsys.driver.metrics import read_metrics
 from rlsys.driver.trainer import Trainer
 from rlsys.learners.runtime.group import LearnerFailed
-from tests.conftest import make_config
+from tests.conftest import SIMULATED_ENV, make_config
 
 
 def sim_config(tmp_path, step_s: float, max_steps: int, **overrides):
     sim = {"reset_median_s": 0.05, "step_median_s": step_s, "step_sigma": 0.0, "success_prob": 0.0}
-    base = {"runners__num": 1, "runners__resource": "browser", "env__kind": "sim", "env__max_steps": max_steps,
-            "env__sim": sim}  # fmt: skip
+    base = SIMULATED_ENV | {"runners__num": 1, "env__max_steps": max_steps, "env__sim": sim}
     return make_config(tmp_path, **(base | overrides))
 
 

@@ -147,7 +147,7 @@ def solved_steps(run_dir: Path) -> dict:
     if not shards:
         return {}
     evaluated = read_trajectories(shards[-1])
-    out = per_solved(evaluated) | {"right_step_share": right_step_share(evaluated)}
+    out = per_solved(evaluated) | {"named_link_share": named_link_share(evaluated)}
     trained = read_trajectories(run_dir / "trajectories") if (run_dir / "trajectories").exists() else []
     late = per_solved(trained[3 * len(trained) // 4 :])
     return out | {f"train_{k}": v for k, v in late.items()}
@@ -161,20 +161,24 @@ def per_solved(trajectories: list) -> dict:
             "wasted_per_solved": float(np.mean(wasted)) if wasted else None}  # fmt: skip
 
 
-def right_step_share(trajectories: list) -> float | None:
-    """The share of synthweb steps that led on a page, backed out of a detour or solved the task (None elsewhere):
-    whether a policy learnt to follow the named link, even where it rarely reaches the end (P4.3)."""
-    right = total = 0
+def named_link_share(trajectories: list) -> float | None:
+    """Of the steps taken on a page of a solvable task's path (not in a detour), the share that clicked the link
+    the instruction names (led on, or solved the task); None off synthweb. Whether a policy learnt the matching,
+    even where it seldom reaches the end (P4.3)."""
+    named = total = 0
     for t in trajectories:
+        if t.task.meta.get("impossible"):
+            continue
         before = {"page": 0, "detours": 0}
         for step in t.steps:
             after = step.info.get("synthweb")
             if after is None:
                 return None
-            right += (step.info.get("outcome") == "success" or after["detours"] < before["detours"]
-                      or (after["page"] > before["page"] and after["detours"] == 0))  # fmt: skip
-            total, before = total + 1, after
-    return right / total if total else None
+            if before["detours"] == 0:
+                named += step.info.get("outcome") == "success" or after["page"] > before["page"]
+                total += 1
+            before = after
+    return named / total if total else None
 
 
 def run(args, out: Path, setting: str, arm: str, seed: int, start: str | None) -> dict | None:
@@ -276,7 +280,7 @@ def main() -> None:
         table = {a: [*start_point, *summarize(by_seed)] for a, by_seed in runs.items()}
         final = {a: interval([r["final"]["success"] for r in by_seed.values()]) for a, by_seed in runs.items()}
         for a, by_seed in runs.items():
-            for key in ("wasted_per_solved", "train_wasted_per_solved", "right_step_share"):
+            for key in ("wasted_per_solved", "train_wasted_per_solved", "named_link_share"):
                 known = [w for r in by_seed.values() if (w := r["episodes"].get(key)) is not None]
                 final[a][key] = interval(known) if known else None
             print(f"{setting} {a:>7}: {final[a]['mean']:.3f} [{final[a]['ci95'][0]:.3f}, {final[a]['ci95'][1]:.3f}]")

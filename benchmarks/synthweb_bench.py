@@ -162,19 +162,21 @@ def per_solved(trajectories: list) -> dict:
 
 
 def named_link_share(trajectories: list) -> float | None:
-    """Of the steps taken on a page of a solvable task's path (not in a detour), the share that clicked the link
-    the instruction names (led on, or solved the task); None off synthweb. Whether a policy learnt the matching,
-    even where it seldom reaches the end (P4.3)."""
+    """Of the first steps taken on each page of a solvable task's path, the share that clicked the link the
+    instruction names (led on, or solved the task); None off synthweb. Whether a policy learnt the matching, even
+    where it seldom reaches the end (P4.3); later visits are left out, so that a policy stuck clicking one wrong
+    link back and forth does not weigh that page fifteen times."""
     named = total = 0
     for t in trajectories:
         if t.task.meta.get("impossible"):
             continue
-        before = {"page": 0, "detours": 0}
+        before, seen = {"page": 0, "detours": 0}, set()
         for step in t.steps:
             after = step.info.get("synthweb")
             if after is None:
                 return None
-            if before["detours"] == 0:
+            if before["detours"] == 0 and before["page"] not in seen:
+                seen.add(before["page"])
                 named += step.info.get("outcome") == "success" or after["page"] > before["page"]
                 total += 1
             before = after

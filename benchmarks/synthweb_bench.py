@@ -5,7 +5,7 @@ steps, over seeds: the runs that test the predictions written before them in doc
 no setting or arm after seeing results (a new setting is added under a new name, as the predictions page says).
 
     python benchmarks/synthweb_bench.py --settings S1 --seeds 0 1 2 3 4 5 6 7 8 9
-    python benchmarks/synthweb_bench.py --settings S4 --dataset data/synthweb-s4   # benchmarks/synthweb_dataset.py
+    python benchmarks/synthweb_bench.py --settings S4 --dataset runs/synthweb-s4-data   # benchmarks/synthweb_dataset.py
 
 Every arm of an online setting starts from one policy (`shared_start`: offline filtered BC on scripted
 demonstrations of the setting's training tasks, which on MW are its tasks' demonstrators,

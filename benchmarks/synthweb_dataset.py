@@ -1,7 +1,7 @@
 """A fixed offline dataset for the synthweb bench (docs/algorithms/predictions.md, setting S4): episodes of a weak
 scripted policy on the suite's tasks, written as trajectory shards that `offline.data` reads.
 
-    python benchmarks/synthweb_dataset.py --out data/synthweb-s4 --episodes 2000 \\
+    python benchmarks/synthweb_dataset.py --out runs/synthweb-s4-data --episodes 2000 \\
         --set tasks.synthweb.min_depth=8 tasks.synthweb.max_depth=15 tasks.synthweb.min_distractors=1 \\
               tasks.synthweb.max_distractors=4 tasks.synthweb.impossible=0.1 env.max_steps=30
 

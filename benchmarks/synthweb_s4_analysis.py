@@ -1,0 +1,117 @@
+"""What S4's write-up (benchmarks/README.md, "The synthweb bench, S4") reads beside the bench's own results:
+
+- how often a path page shows a distractor whose words all occur in the instruction (S1, S2, S4; a policy that
+  matches words one by one cannot tell it from the named link);
+- whether the S4 dataset holds the information DigiRL's step critic should learn: success from a detour page
+  against a page of the path, and the log-loss of a table over (pages left, steps left) against a constant
+  (in-sample: at most 15 x 11 cells, twice that with the detour flag, over ~50k states);
+- per S4 run folder (the bench's and its clean-data controls'): the first-click share at every evaluation, the
+  actor's first and last loss, and what DigiRL's curriculum kept at its last actor iteration.
+
+    python benchmarks/synthweb_s4_analysis.py --dataset runs/synthweb-s4-data
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+from collections import defaultdict
+from pathlib import Path
+
+from synthweb_bench import BASE, SETTINGS, named_link_share
+
+from rlsys.config import load_config
+from rlsys.data.shards import read_trajectories
+from rlsys.envs.synthweb import build_site, suite_tasks
+
+RESULTS = Path(__file__).parent / "results" / "synthweb_s4_analysis.json"
+
+
+def bag_of_words_ties(setting: str) -> float:
+    """The share of a setting's path pages (held-out split, solvable pages) where some distractor's words all
+    occur in the instruction."""
+    cfg = load_config(BASE, overrides=SETTINGS[setting])
+    pages = tied = 0
+    for task in suite_tasks(cfg.tasks.synthweb, "heldout"):
+        site = build_site(task.meta)
+        words = set(re.findall(r"[a-z]+", site.instruction.lower()))
+        for links, right in zip(site.links, site.right, strict=True):
+            if right is not None:
+                pages += 1
+                tied += any(set(link.split()) <= words for k, link in enumerate(links) if k != right)
+    return tied / pages
+
+
+def _log_loss(p: float, y: bool) -> float:
+    p = min(max(p, 1e-3), 1 - 1e-3)
+    return -math.log(p if y else 1 - p)
+
+
+def dataset_values(folder: Path, max_steps: int) -> dict:
+    """Success from each state of the dataset, by where the state is, and how well where it is predicts it."""
+    states = []  # (succeeded, in a detour, pages left, steps left)
+    for shard in sorted(folder.glob("shard-*.parquet")):
+        for t in read_trajectories(shard):
+            before = {"page": 0, "detours": 0}
+            depth, solved = int(t.task.meta["depth"]), t.outcome == "success"
+            for i, step in enumerate(t.steps):
+                states.append((solved, before["detours"] > 0, depth - before["page"], max_steps - i))
+                before = step.info["synthweb"]
+
+    def table_loss(key) -> float:
+        cells = defaultdict(lambda: [0, 0])
+        for y, *where in states:
+            cells[key(*where)][0] += y
+            cells[key(*where)][1] += 1
+        return sum(_log_loss(cells[key(*w)][0] / cells[key(*w)][1], y) for y, *w in states) / len(states)
+
+    def success_where(detour: bool) -> float:
+        ys = [y for y, d, *_ in states if d == detour]
+        return sum(ys) / len(ys)
+
+    def progress(left: int, steps: int) -> tuple:
+        return min(left, 16), min(steps // 3, 10)
+
+    return {"states": len(states), "success_from_path": success_where(False),
+            "success_from_detour": success_where(True),
+            "log_loss_constant": table_loss(lambda d, left, steps: ()),
+            "log_loss_detour": table_loss(lambda d, left, steps: (d,)),
+            "log_loss_pages_and_steps_left": table_loss(lambda d, left, steps: progress(left, steps)),
+            "log_loss_all_three": table_loss(lambda d, left, steps: (d, *progress(left, steps)))}  # fmt: skip
+
+
+def run_summary(run_dir: Path) -> dict:
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line]
+    losses = [r["actor/loss"] for r in records if "actor/loss" in r]
+    actor = [r for r in records if r.get("digirl/stage") == "actor"]
+    evaluations = sorted((run_dir / "eval").glob("shard-*.parquet"))
+    return {
+        "first_clicks_right": [named_link_share(read_trajectories(shard)) for shard in evaluations],
+        "success": [r["eval/success_rate"] for r in records if "eval/success_rate" in r],
+        "actor_loss_first_last": [losses[0], losses[-1]] if losses else None,
+        **({"curriculum_trajectories": actor[-1].get("digirl/curriculum_trajectories"),
+            "actor_transitions": actor[-1].get("digirl/actor_transitions")} if actor else {}),
+    }  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", type=Path, required=True, help="S4's dataset (benchmarks/synthweb_dataset.py)")
+    parser.add_argument("--runs", type=Path, default=Path("runs"), help="where the bench's run folders are")
+    args = parser.parse_args()
+    max_steps = load_config(BASE, overrides=SETTINGS["S4"]).env.max_steps
+    result = {
+        "command": "python benchmarks/synthweb_s4_analysis.py --dataset " + str(args.dataset),
+        "bag_of_words_ties": {s: bag_of_words_ties(s) for s in ("S1", "S2", "S4")},
+        "dataset": dataset_values(args.dataset, max_steps),
+        "runs": {str(d.relative_to(args.runs)): run_summary(d)
+                 for d in sorted(args.runs.glob("bench-synthweb*/S4/*-seed*")) if (d / "metrics.jsonl").exists()},
+    }  # fmt: skip
+    RESULTS.write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps({k: v for k, v in result.items() if k != "runs"}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -22,12 +22,17 @@ import torch.distributed as dist
 BUCKET_ELEMENTS = 1 << 25  # gradients summed per all-reduce: 128 MB in float32
 
 
+def is_loaded_instance(value, module: str, name: str) -> bool:
+    """isinstance(value, module.name), without importing `module`: if it was never imported, nothing can be an
+    instance of its class. FSDP2's modules (imported by rlsys.learners.sharding where a model is sharded) cost every
+    learner and driver process about a second of CPU at start."""
+    loaded = sys.modules.get(module)
+    return loaded is not None and isinstance(value, getattr(loaded, name))
+
+
 def is_dtensor(value) -> bool:
-    """Whether `value` is a DTensor (a sharded parameter or state), told without importing torch.distributed.tensor:
-    a DTensor exists only once FSDP2 (rlsys.learners.sharding) imported it, and the import costs every learner and
-    driver process about a second of CPU at start."""
-    module = sys.modules.get("torch.distributed.tensor")
-    return module is not None and isinstance(value, module.DTensor)
+    """Whether `value` is a DTensor (a sharded parameter or state)."""
+    return is_loaded_instance(value, "torch.distributed.tensor", "DTensor")
 
 
 def in_group() -> bool:

@@ -19,14 +19,13 @@ where a model is sharded or a sharded state gathered, not by every learner (abou
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
 
-from rlsys.learners.distributed import is_dtensor
+from rlsys.learners.distributed import is_dtensor, is_loaded_instance
 
 
 def shard_model(model: torch.nn.Module, device_type: str) -> None:
@@ -53,8 +52,7 @@ def shard_model(model: torch.nn.Module, device_type: str) -> None:
 
 
 def is_sharded(model: torch.nn.Module) -> bool:
-    fsdp = sys.modules.get("torch.distributed.fsdp")  # not imported: nothing was sharded
-    return fsdp is not None and isinstance(model, fsdp.FSDPModule)
+    return is_loaded_instance(model, "torch.distributed.fsdp", "FSDPModule")
 
 
 def has_sharded(params) -> bool:

@@ -219,4 +219,5 @@ def test_a_learner_that_shards_nothing_does_not_import_fsdp():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
-    assert not distributed.is_dtensor(torch.zeros(2))  # a DTensor is: the group tests above leave one alone
+    # a plain tensor is no DTensor; that a DTensor is one, the group tests above show (their sums would differ)
+    assert not distributed.is_dtensor(torch.zeros(2))

@@ -1,15 +1,17 @@
 """Every algorithm on the synthetic suite's settings, and on a MiniWoB++ suite played the same way, at equal env
 steps, over seeds: the runs that test the predictions written before them in docs/algorithms/predictions.md
-(settings S1-S4 and MW, arms FBC-s, FBC-q, D, D-c, D-lam1, the sanity arm S, GRPO (G), GRPO with step-level groups
-(G-step), Dr. GRPO (G-dr) and GRPO with the replay of successes (G-rep)). This script is the protocol; it changes
-no setting or arm after seeing results (a new setting is added under a new name, as the predictions page says).
+(settings S1-S4, S4-read and MW, arms FBC-s, FBC-q, D, D-c, D-lam1, the sanity arm S, GRPO (G), GRPO with
+step-level groups (G-step), Dr. GRPO (G-dr) and GRPO with the replay of successes (G-rep)). This script is the
+protocol; it changes no setting or arm after seeing results (a new setting is added under a new name, as the
+predictions page says).
 
     python benchmarks/synthweb_bench.py --settings S1 --seeds 0 1 2 3 4 5 6 7 8 9
     python benchmarks/synthweb_bench.py --settings S4 --dataset runs/synthweb-s4-data   # benchmarks/synthweb_dataset.py
 
 Every arm of an online setting starts from one policy (`shared_start`: offline filtered BC on scripted
 demonstrations of the setting's training tasks, which on MW are its tasks' demonstrators,
-benchmarks/miniwob_demos.py; the predictions page says why). Each run is `rlsys-train` with
+benchmarks/miniwob_demos.py; the predictions page says why), as do the arms of S4-read, from demonstrations of
+shorter tasks (`START_DATA`); S4's start from the untrained policy. Each run is `rlsys-train` with
 the setting's and the arm's overrides: online settings train to `--env-steps` training env steps
 (`run.max_env_steps`), the offline one for the same number of gradient steps in every arm, and all are evaluated
 greedily on `--eval-episodes` held-out tasks of the same mix. Per arm: success at each evaluation point (mean and
@@ -44,6 +46,9 @@ MW_TASKS = [t for t in SUITE if t != "enter-text-2"]
 S3 = ["tasks.synthweb.min_depth=2", "tasks.synthweb.max_depth=4", "tasks.synthweb.min_distractors=2",
       "tasks.synthweb.max_distractors=6", "env.synthweb.wrong_link=stay", "tasks.synthweb.impossible=0.0",
       "env.max_steps=10"]  # fmt: skip
+S4 = ["env.synthweb.wrong_link=detour", "tasks.synthweb.min_depth=8", "tasks.synthweb.max_depth=15",
+      "tasks.synthweb.min_distractors=1", "tasks.synthweb.max_distractors=4", "tasks.synthweb.impossible=0.1",
+      "env.max_steps=30"]  # fmt: skip
 # the settings of docs/algorithms/predictions.md, as written there
 SETTINGS = {
     "S1": ["env.synthweb.wrong_link=detour", "env.synthweb.detour_links=1", "tasks.synthweb.min_depth=3",
@@ -59,14 +64,16 @@ SETTINGS = {
     "S3-slips": [*S3, "env.synthweb.slip_prob=0.15"],
     "S3-noise": [*S3, "env.synthweb.reward_noise=0.3"],
     "S3-both": [*S3, "env.synthweb.slip_prob=0.15", "env.synthweb.reward_noise=0.3"],
-    "S4": ["env.synthweb.wrong_link=detour", "tasks.synthweb.min_depth=8", "tasks.synthweb.max_depth=15",
-           "tasks.synthweb.min_distractors=1", "tasks.synthweb.max_distractors=4", "tasks.synthweb.impossible=0.1",
-           "env.max_steps=30"],
+    "S4": S4,
+    "S4-read": S4,  # S4 from a start that reads short instructions (predictions.md, "S4-read")
     # the MiniWoB++ suite (predictions.md, "The MiniWoB++ suite"); 8 steps, one more than the longest demonstration
     "MW": [f"tasks.train=[{','.join(MW_TASKS)}]", "env.max_steps=8"],
 }  # fmt: skip
 MINIWOB = {"MW": str(Path(__file__).with_name("miniwob_bench.yaml"))}  # settings on real pages: their base config
-OFFLINE = {"S4"}
+OFFLINE = {"S4", "S4-read"}
+# the shared start's demonstrations, where they are not of the setting's own tasks: S4-read's start learns the
+# matching on instructions of 3-6 links, which the untrained policy did not learn from S4's 8-15 (predictions.md)
+START_DATA = {"S4-read": [*S4, "tasks.synthweb.min_depth=3", "tasks.synthweb.max_depth=6"]}
 ARMS = {
     "FBC-s": ["learner.algorithm=filtered_bc", "learner.filter=success"],
     "FBC-q": ["learner.algorithm=filtered_bc", "learner.filter=quantile", "learner.quantile=0.9"],
@@ -101,7 +108,7 @@ def shared_start(args, out: Path, setting: str) -> tuple[str, dict]:
             miniwob_demos.main([*common, "--tasks", *MW_TASKS, "--set", *SETTINGS[setting]])
         else:
             synthweb_dataset.main([*common, "--p-right", str(args.start_p_right), "--p-back", "1.0",
-                                   "--set", *SETTINGS[setting]])  # fmt: skip
+                                   "--set", *START_DATA.get(setting, SETTINGS[setting])])  # fmt: skip
     n = args.start_iterations
     run_dir = out / setting / "start"
     records = train(run_dir, [*SETTINGS[setting], f"policy.kind={args.policy}", "run.seed=1000",
@@ -121,6 +128,8 @@ def overrides(args, setting: str, arm: str, seed: int, start: str | None = None)
             f"run.rollout_size={args.rollout_size}", f"run.eval_episodes={args.eval_episodes}",
             "run.checkpoint_every=0", "metrics.progress=false", "metrics.report=false", "ray.dashboard=false",
             *ARMS[arm], *(DIGIRL_SIZES if "digirl" in ARMS[arm][0] else [FBC_STEPS]), *args.set]  # fmt: skip
+    # the start policy's evaluation is the shared start run's
+    start_keys = [f"policy.path={start}", "run.eval_at_start=false"] if start else []
     if setting in OFFLINE:
         if not args.dataset:
             sys.exit(f"{setting} trains offline: give --dataset (benchmarks/synthweb_dataset.py writes one)")
@@ -128,9 +137,7 @@ def overrides(args, setting: str, arm: str, seed: int, start: str | None = None)
         length = [f"learner.digirl.offline_{part}_iterations={n}" for part in ("instruction_critic", "step_critic",
                   "actor")] if "digirl" in ARMS[arm][0] else [f"learner.offline_iterations={n}"]  # fmt: skip
         return base + ["run.training=offline", f"offline.data=[{args.dataset}]", "replay.capacity=4000", *length,
-                       f"run.eval_every={max(n // 5, 1)}"]  # fmt: skip
-    # the start policy's evaluation is the shared start run's
-    start_keys = [f"policy.path={start}", "run.eval_at_start=false"] if start else []
+                       f"run.eval_every={max(n // 5, 1)}", *start_keys]  # fmt: skip
     return base + ["run.iterations=100000", f"run.max_env_steps={args.env_steps}", f"run.eval_every={args.eval_every}",
                    *start_keys]  # fmt: skip
 
@@ -261,7 +268,8 @@ def main() -> None:
     args = p.parse_args()
     out = Path(f"runs/bench-synthweb{'-' + args.tag if args.tag else ''}")
     for setting in args.settings:
-        start, start_eval = (None, None) if setting in OFFLINE else shared_start(args, out, setting)
+        from_scratch = setting in OFFLINE and setting not in START_DATA
+        start, start_eval = (None, None) if from_scratch else shared_start(args, out, setting)
         if start_eval:
             print(f"{setting} start policy: {start_eval['eval/success_rate']:.3f} greedy success", flush=True)
         runs = {a: {s: r for s in args.seeds if (r := run(args, out, setting, a, s, start)) is not None}

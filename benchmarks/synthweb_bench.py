@@ -173,7 +173,14 @@ def named_link_share(trajectories: list) -> float | None:
     instruction names (led on, or solved the task); None off synthweb. Whether a policy learnt the matching, even
     where it seldom reaches the end (P4.3); later visits are left out, so that a policy stuck clicking one wrong
     link back and forth does not weigh that page fifteen times."""
-    named = total = 0
+    clicks = first_clicks(trajectories)
+    return sum(named for *_, named in clicks) / len(clicks) if clicks else None
+
+
+def first_clicks(trajectories: list) -> list[tuple] | None:
+    """(trajectory, page, whether it clicked the named link) for the first step on each page of a solvable task's
+    path; None off synthweb."""
+    clicks = []
     for t in trajectories:
         if t.task.meta.get("impossible"):
             continue
@@ -184,10 +191,10 @@ def named_link_share(trajectories: list) -> float | None:
                 return None
             if before["detours"] == 0 and before["page"] not in seen:
                 seen.add(before["page"])
-                named += step.info.get("outcome") == "success" or after["page"] > before["page"]
-                total += 1
+                named = step.info.get("outcome") == "success" or after["page"] > before["page"]
+                clicks.append((t, before["page"], named))
             before = after
-    return named / total if total else None
+    return clicks
 
 
 def run(args, out: Path, setting: str, arm: str, seed: int, start: str | None) -> dict | None:

@@ -5,8 +5,9 @@
 - whether the S4 dataset holds the information DigiRL's step critic should learn: success from a detour page
   against a page of the path, and the log-loss of a table over (pages left, steps left) against a constant
   (in-sample: at most 15 x 11 cells, twice that with the detour flag, over ~50k states);
-- per S4 run folder (the bench's and its clean-data controls'): the first-click share at every evaluation, the
-  actor's first and last loss, and what DigiRL's curriculum kept at its last actor iteration.
+- per S4 run folder (the bench's, its clean-data controls', S4-long's and S4-read's with its start): the
+  first-click share at every evaluation, split at the first and last by whether the page shows such a
+  look-alike, the actor's first and last loss, and what DigiRL's curriculum kept at its last actor iteration.
 
     python benchmarks/synthweb_s4_analysis.py --dataset runs/synthweb-s4-data
 """
@@ -20,7 +21,7 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-from synthweb_bench import BASE, SETTINGS, named_link_share
+from synthweb_bench import BASE, SETTINGS, first_clicks, named_link_share
 
 from rlsys.config import load_config
 from rlsys.data.shards import read_trajectories
@@ -36,12 +37,27 @@ def bag_of_words_ties(setting: str) -> float:
     pages = tied = 0
     for task in suite_tasks(cfg.tasks.synthweb, "heldout"):
         site = build_site(task.meta)
-        words = set(re.findall(r"[a-z]+", site.instruction.lower()))
-        for links, right in zip(site.links, site.right, strict=True):
+        for page, right in enumerate(site.right):
             if right is not None:
                 pages += 1
-                tied += any(set(link.split()) <= words for k, link in enumerate(links) if k != right)
+                tied += has_lookalike(site, page)
     return tied / pages
+
+
+def has_lookalike(site, page: int) -> bool:
+    """Whether a distractor on this page of the path has all its words in the instruction."""
+    words = set(re.findall(r"[a-z]+", site.instruction.lower()))
+    right = site.right[page]
+    return any(set(link.split()) <= words for k, link in enumerate(site.links[page]) if k != right)
+
+
+def first_clicks_by_lookalike(trajectories: list) -> dict:
+    """`named_link_share` on the path pages without a look-alike distractor and on those with one."""
+    named = {False: [], True: []}
+    for t, page, right in first_clicks(trajectories):
+        named[has_lookalike(build_site(t.task.meta), page)].append(right)
+    return {key: sum(named[tied]) / len(named[tied]) if named[tied] else None
+            for key, tied in (("without_lookalike", False), ("with_lookalike", True))}  # fmt: skip
 
 
 def _log_loss(p: float, y: bool) -> float:
@@ -86,9 +102,10 @@ def run_summary(run_dir: Path) -> dict:
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line]
     losses = [r["actor/loss"] for r in records if "actor/loss" in r]
     actor = [r for r in records if r.get("digirl/stage") == "actor"]
-    evaluations = sorted((run_dir / "eval").glob("shard-*.parquet"))
+    evaluations = [read_trajectories(shard) for shard in sorted((run_dir / "eval").glob("shard-*.parquet"))]
     return {
-        "first_clicks_right": [named_link_share(read_trajectories(shard)) for shard in evaluations],
+        "first_clicks_right": [named_link_share(trajectories) for trajectories in evaluations],
+        "first_clicks_right_first_last": [first_clicks_by_lookalike(evaluations[i]) for i in (0, -1)],
         "success": [r["eval/success_rate"] for r in records if "eval/success_rate" in r],
         "actor_loss_first_last": [losses[0], losses[-1]] if losses else None,
         **({"curriculum_trajectories": actor[-1].get("digirl/curriculum_trajectories"),
@@ -107,7 +124,7 @@ def main() -> None:
         "bag_of_words_ties": {s: bag_of_words_ties(s) for s in ("S1", "S2", "S4")},
         "dataset": dataset_values(args.dataset, max_steps),
         "runs": {str(d.relative_to(args.runs)): run_summary(d)
-                 for d in sorted(args.runs.glob("bench-synthweb*/S4/*-seed*")) if (d / "metrics.jsonl").exists()},
+                 for d in sorted(args.runs.glob("bench-synthweb*/S4*/*")) if (d / "metrics.jsonl").exists()},
     }  # fmt: skip
     RESULTS.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k != "runs"}, indent=1))

@@ -53,9 +53,11 @@ def has_lookalike(site, page: int) -> bool:
 
 def first_clicks_by_lookalike(trajectories: list) -> dict:
     """`named_link_share` on the path pages without a look-alike distractor and on those with one."""
-    named = {False: [], True: []}
+    named, sites = {False: [], True: []}, {}
     for t, page, right in first_clicks(trajectories):
-        named[has_lookalike(build_site(t.task.meta), page)].append(right)
+        if t.task.id not in sites:  # a task's pages are visited many times
+            sites[t.task.id] = build_site(t.task.meta)
+        named[has_lookalike(sites[t.task.id], page)].append(right)
     return {key: sum(named[tied]) / len(named[tied]) if named[tied] else None
             for key, tied in (("without_lookalike", False), ("with_lookalike", True))}  # fmt: skip
 

@@ -174,11 +174,17 @@ class PageScriptError(Exception):
 
 
 class PageGoneError(PageScriptError):
-    """The document a script ran in went away before it answered (a link followed, a form submitted)."""
+    """The document a script ran in, or a screenshot was asked of, went away before it answered (a link followed,
+    a form submitted)."""
 
 
-# what DevTools answers a script whose document went away
-PAGE_GONE = ("Inspected target navigated or closed", "Execution context was destroyed", "Cannot find context with")
+# what DevTools answers a script or screenshot whose document went away
+PAGE_GONE = (
+    "Inspected target navigated or closed",
+    "Execution context was destroyed",
+    "Cannot find context with",
+    "Not attached to an active page",
+)
 
 
 class Browser:
@@ -317,16 +323,20 @@ class Browser:
         return self._evaluate(call, timeout_s, awaitPromise=True)
 
     def _evaluate(self, expression: str, timeout_s: float | None, **options):
-        try:
-            reply = self.cdp("Runtime.evaluate", timeout_s, expression=expression, returnByValue=True, **options)
-        except DevToolsError as e:
-            if any(sign in str(e) for sign in PAGE_GONE):
-                raise PageGoneError(str(e)) from None
-            raise
+        reply = self._page_command("Runtime.evaluate", timeout_s, expression=expression, returnByValue=True, **options)
         if "exceptionDetails" in reply:
             details = reply["exceptionDetails"]
             raise PageScriptError(details.get("exception", {}).get("description") or details.get("text", ""))
         return reply["result"].get("value")
+
+    def _page_command(self, command: str, timeout_s: float | None, **params) -> dict:
+        """`cdp`, raising PageGoneError where the document the command was for went away meanwhile."""
+        try:
+            return self.cdp(command, timeout_s, **params)
+        except DevToolsError as e:
+            if any(sign in str(e) for sign in PAGE_GONE):
+                raise PageGoneError(str(e)) from None
+            raise
 
     def prepare_tab(self) -> None:
         """Exact viewport and the init script for the current tab (each tab needs its own)."""
@@ -357,14 +367,20 @@ class Browser:
         """Close a tab without switching to it, so without waiting for its page to load."""
         self.devtools.call("Target.closeTarget", timeout_s=self.timeout_s, targetId=handle)
 
-    def screenshot_png(self, area: tuple[int, int, int, int] | None = None, scale: int = 1) -> bytes:
+    def screenshot_png(
+        self, area: tuple[int, int, int, int] | None = None, scale: int = 1, timeout_s: float | None = None
+    ) -> bytes:
         """The viewport, or only `area` (left, top, width, height in viewport pixels) rendered `scale` times
-        as large: the page is drawn at that resolution, not enlarged afterwards, and sees no resize."""
+        as large: the page is drawn at that resolution, not enlarged afterwards, and sees no resize.
+
+        A capture asked for while the tab navigates is often lost: Chromium answers that the page is gone
+        (PageGoneError) or never answers (TimeoutError after `timeout_s`), and one asked for after the new
+        document is there is answered as usual."""
         params = {"format": "png", "optimizeForSpeed": True}
         if area is not None:
             left, top, width, height = area
             params["clip"] = {"x": left, "y": top, "width": width, "height": height, "scale": scale}
-        return base64.b64decode(self.cdp("Page.captureScreenshot", **params)["data"])
+        return base64.b64decode(self._page_command("Page.captureScreenshot", timeout_s, **params)["data"])
 
     def click_at(self, x: float, y: float) -> None:
         """A trusted mouse click at viewport pixel (x, y), as a user's would be."""

@@ -27,7 +27,7 @@ from rlsys.config import EnvConfig
 from rlsys.core.env import EnvBrokenError, EnvSetupError
 from rlsys.core.types import Observation, StepResult, Task
 from rlsys.envs.web import spaces
-from rlsys.envs.web.browser import Browser, PageScriptError
+from rlsys.envs.web.browser import Browser, PageGoneError, PageScriptError
 from rlsys.envs.web.confinement import ConfinementProxy, Policy, browser_split, origin_of, parse_origin
 from rlsys.envs.web.devtools import DevToolsError
 from rlsys.envs.web.element_list import render_pae, render_roles
@@ -35,11 +35,19 @@ from rlsys.envs.web.marks import draw_marks
 from rlsys.envs.web.spaces import TERMINAL, WebAction
 from rlsys.envs.web.webarena import evaluate
 
-# Errors that mean the browser is gone or hung rather than that the action was bad.
-BROKEN = (WebDriverException, HTTPError, ConnectionError, TimeoutError, DevToolsError)
+
+class ScreenshotMissed(Exception):
+    """Chromium did not photograph the page, which most likely navigated meanwhile (Browser.screenshot_png)."""
+
+
+# Errors that mean the browser is gone or hung rather than that the action was bad (a screenshot missed as often
+# as _OBSERVE_ATTEMPTS allows among them).
+BROKEN = (WebDriverException, HTTPError, ConnectionError, TimeoutError, DevToolsError, ScreenshotMissed)
 _DIALOG_RETRIES = 5
 _QUICK_REPLY_S = 2.0  # a page script's reply over DevTools, beyond its own waiting: longer means a load holds it
 _SETTLE_ATTEMPTS = 5
+_CAPTURE_S = 3.0  # a screenshot takes 20-400 ms; one asked for as the page navigates may never be answered
+_OBSERVE_ATTEMPTS = 3  # an observation whose screenshot was missed is made again, on the page the tab is at then
 
 
 @cache
@@ -382,13 +390,16 @@ class WebEnv:
     # -- observing --------------------------------------------------------------------------
 
     def _observe(self, events: dict, feedback: str | None = None) -> tuple[Observation, object]:
-        try:
-            return self._observe_once(events, feedback)
-        except TimeoutException as e:  # the page began a load while being observed, and chromedriver stopped it
-            if not _stopped_a_load(e):
-                raise
-            events["stopped_loading"] = True
-            return self._observe_once(events, feedback)
+        for _ in range(_OBSERVE_ATTEMPTS - 1):
+            try:
+                return self._observe_once(events, feedback)
+            except TimeoutException as e:  # the page began a load while being observed, and chromedriver stopped it
+                if not _stopped_a_load(e):
+                    raise
+                events["stopped_loading"] = True
+            except ScreenshotMissed:  # the page navigated while photographed: observe where it went
+                _count_missed_screenshot(events)
+        return self._observe_once(events, feedback)
 
     def _observe_once(self, events: dict, feedback: str | None) -> tuple[Observation, object]:
         page = self._settle_and_read(events)
@@ -436,11 +447,13 @@ class WebEnv:
         return self.area == (0, 0, *self.browser.viewport) and self.scale == 1
 
     def _screenshot(self, scroll: list[float]) -> bytes:
-        if self._whole_viewport():
-            return self.browser.screenshot_png()
         left, top, width, height = self.area
         # the capture's clip is in document coordinates
-        return self.browser.screenshot_png((left + scroll[0], top + scroll[1], width, height), self.scale)
+        clip = None if self._whole_viewport() else (left + scroll[0], top + scroll[1], width, height)
+        try:
+            return self.browser.screenshot_png(clip, self.scale, timeout_s=_CAPTURE_S)
+        except (PageGoneError, TimeoutError) as e:
+            raise ScreenshotMissed(f"{type(e).__name__}: {e}") from None
 
     def _in_image(self, element: dict) -> dict:
         """`element` with its box and click point moved from the viewport into the image's pixels."""
@@ -463,13 +476,17 @@ class WebEnv:
         key = "__rlsysSettling" + secrets.token_hex(8)
         page = self._run_observe_script(events, key)
         if page.get("provisional"):
-            png = self._screenshot(page["scroll"])  # over DevTools, where dialogs are answered as they open
+            try:
+                png = self._screenshot(page["scroll"])  # over DevTools, where dialogs are answered as they open
+            except ScreenshotMissed:
+                _count_missed_screenshot(events)
+                png = None  # taken again once the page has settled
             finished = self._finish_settling(key)
             if finished is None:  # the page went away meanwhile: settle on the next one
                 page = self._run_observe_script(events, None)
             else:
                 page = finished
-                if page["screenshot_holds"]:
+                if page["screenshot_holds"] and png is not None:
                     page["png"] = png
         if dialogs := page["events"]["dialogs"] + self.browser.take_dialogs():
             events.setdefault("dialogs", []).extend(dialogs)
@@ -623,6 +640,10 @@ def viewport_point(element: dict, area: tuple[int, ...], scale: int) -> tuple[fl
         left, top, width, height = element["box"]
         x, y = left + width / 2, top + height / 2
     return area[0] + x / scale, area[1] + y / scale
+
+
+def _count_missed_screenshot(events: dict) -> None:
+    events["screenshots_missed"] = events.get("screenshots_missed", 0) + 1
 
 
 def _stopped_a_load(error: TimeoutException) -> bool:

@@ -2,12 +2,15 @@
 never an EnvBrokenError, and the same browser runs a normal episode right after it."""
 
 import dataclasses
+import io
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs
 
+import numpy as np
 import pytest
+from PIL import Image
 
 from rlsys.envs.web import browser
 from rlsys.envs.web.webenv import WebEnv
@@ -26,6 +29,7 @@ PAGES = {
                                           setInterval(() => { this.dataset.spinner = Date.now(); }, 10)">
           <input name="q" placeholder="Submitted after a spinner"></form>
         </body></html>""",
+    "/stay.html": """<!doctype html><html><body><button>Stay</button></body></html>""",
     "/links.html": """<!doctype html><html><body>
         <a href="/partial.html">Endless HTML</a> <a href="/image.html">Endless image</a></body></html>""",
     "/image.html": """<!doctype html><html><body>
@@ -140,6 +144,13 @@ def timed(call, *args):
     return result, time.monotonic() - started
 
 
+def shows_a_button(png: bytes, box: list[float]) -> bool:
+    """Whether the image has a button's light grey face in `box` (x, y, width, height); text is dark, a page white."""
+    x, y, width, height = (round(v) for v in box)
+    face = np.asarray(Image.open(io.BytesIO(png)).convert("L"))[y + 3 : y + height - 3, x + 3 : x + width - 3]
+    return bool(((face > 200) & (face < 250)).mean() > 0.5)
+
+
 def assert_runs_a_normal_episode(env, site):
     """The browser was not broken: the usual actions on the usual page work."""
     env.reset(task(site))
@@ -167,6 +178,36 @@ def test_form_submits_that_navigate_are_observed_every_time(env, pages, site, fi
         assert where in result.observation.location and result.info["action_error"] is None
         assert page_text(env) == f"{shows} shoes {attempt}"
     assert slowest < SETTLE_TIMEOUT_S + 2
+    assert_runs_a_normal_episode(env, site)
+
+
+def test_a_page_that_navigates_as_it_is_photographed_is_observed_where_it_went(env, pages, site, monkeypatch):
+    """Chromium loses most screenshots asked for just as a tab navigates: it answers that the page is gone, or
+    never. Here the page leaves for the results as each step's first screenshot is asked for; the step observes
+    again where the tab went, and the image and the elements are of one page."""
+    capture, asked = env.browser.screenshot_png, []
+
+    def leave_as_photographed(*args, **kwargs):
+        if not asked:
+            env.browser.call_in_page("(q) => setTimeout(() => { location.href = '/results?q=' + q; }, 0)", attempt)
+        asked.append(True)
+        return capture(*args, **kwargs)
+
+    missed = 0
+    for attempt in range(6):
+        button = env.reset(task(pages, "stay.html")).extras["elements"][0]
+        asked.clear()
+        with monkeypatch.context() as patch:
+            patch.setattr(env.browser, "screenshot_png", leave_as_photographed)
+            result = env.step(pae("Click [0]"))
+        obs = result.observation
+        left = obs.location == f"{pages}/results?q={attempt}"
+        assert left or obs.location == f"{pages}/stay.html"
+        # the results page has nothing to click
+        assert [e["text"] for e in obs.extras["elements"]] == ([] if left else ["Stay"])
+        assert shows_a_button(obs.screenshot_png, button["box"]) == (not left)
+        missed += result.info.get("screenshots_missed", 0)
+    assert missed > 0  # the loss this test is about did happen
     assert_runs_a_normal_episode(env, site)
 
 

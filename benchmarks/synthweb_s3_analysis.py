@@ -1,0 +1,68 @@
+"""What S3's write-up (benchmarks/README.md, "The synthweb bench, S3-noise") reads beside the bench's own results:
+per run folder of a reward-noise setting, from its training trajectories (the env keeps the true result in
+`outcome`; the reward holds the noise):
+
+- how many failures end with a noisy reward above the actor's threshold (P3.2 expects 43% at sigma 0.3);
+- what share of the transitions DigiRL's actor would imitate come from failures, with the run's own lambda and
+  flat critics (the advantage is then lambda^k r_H, k steps before the end: `doubly_robust` with V = 0). The step
+  critic's validation AUC and the actor transitions the learner logged are printed beside it, to show how near
+  flat the critics were and how near the estimate the real selection came.
+
+    python benchmarks/synthweb_s3_analysis.py runs/bench-synthweb/S3-noise
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+from rlsys.config import load_config
+from rlsys.data.shards import read_trajectories
+from rlsys.learners.digirl.advantages import doubly_robust
+
+RESULTS = Path(__file__).parent / "results" / "synthweb_s3_analysis.json"
+
+
+def run_summary(folder: Path) -> dict:
+    cfg = load_config(str(folder / "config.yaml"))
+    threshold, lam = cfg.learner.digirl.advantage_threshold, cfg.learner.digirl.lam
+    trajectories = [t for t in read_trajectories(folder / "trajectories") if t.task.split == "train" and t.steps]
+    failures = [t for t in trajectories if t.outcome != "success"]
+    imitated = {"success": 0, "failure": 0}
+    for t in trajectories:
+        zeros = np.zeros(len(t.steps) + 1)
+        advantages = doubly_robust([s.reward for s in t.steps], zeros[:-1], zeros[1:], lam)
+        imitated["success" if t.outcome == "success" else "failure"] += int((advantages > threshold).sum())
+    metrics = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    last_quarter = [m for m in metrics if "digirl/actor_transitions" in m]
+    last_quarter = last_quarter[len(last_quarter) * 3 // 4 :]
+    aucs = [m["step_critic/validation_auc"] for m in metrics if m.get("step_critic/validation_auc") is not None]
+    return {
+        "lam": lam,
+        "trajectories": len(trajectories),
+        "train_success": 1 - len(failures) / len(trajectories),
+        "failures_above_threshold": float(np.mean([t.reward > threshold for t in failures])),
+        "flat_critic_imitated_from_failures": imitated["failure"] / max(1, sum(imitated.values())),
+        "actor_transitions_last_quarter": float(np.mean([m["digirl/actor_transitions"] for m in last_quarter])),
+        "step_critic_validation_auc_last": aucs[-1] if aucs else None,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("setting_folder", type=Path, help="the bench's folder of one setting (its runs' parent)")
+    args = parser.parse_args(argv)
+    runs = {}
+    for folder in sorted(args.setting_folder.glob("*-seed*")):
+        runs[folder.name] = summary = run_summary(folder)
+        print(folder.name, json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in summary.items()}))
+    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    results[args.setting_folder.name] = runs
+    RESULTS.write_text(json.dumps(results, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -4,9 +4,11 @@ per run folder of a reward-noise setting, from its training trajectories (the en
 
 - how many failures end with a noisy reward above the actor's threshold (P3.2 expects 43% at sigma 0.3);
 - what share of the transitions DigiRL's actor would imitate come from failures, with the run's own lambda and
-  flat critics (the advantage is then lambda^k r_H, k steps before the end: `doubly_robust` with V = 0). The step
-  critic's validation AUC and the actor transitions the learner logged are printed beside it, to show how near
-  flat the critics were and how near the estimate the real selection came.
+  flat critics (the advantage is then lambda^k r_H, k steps before the end: `doubly_robust` with V = 0). Beside it,
+  the step critic's last validation AUC (how near flat it was) and the actor transitions the learner logged an
+  iteration over the run's last quarter (how much each arm imitates).
+
+Runs that have not finished (no benchmark-overrides.json yet) are left out.
 
     python benchmarks/synthweb_s3_analysis.py runs/bench-synthweb/S3-noise
 """
@@ -21,6 +23,7 @@ import numpy as np
 
 from rlsys.config import load_config
 from rlsys.data.shards import read_trajectories
+from rlsys.driver.metrics import read_metrics
 from rlsys.learners.digirl.advantages import doubly_robust
 
 RESULTS = Path(__file__).parent / "results" / "synthweb_s3_analysis.json"
@@ -36,7 +39,7 @@ def run_summary(folder: Path) -> dict:
         zeros = np.zeros(len(t.steps) + 1)
         advantages = doubly_robust([s.reward for s in t.steps], zeros[:-1], zeros[1:], lam)
         imitated["success" if t.outcome == "success" else "failure"] += int((advantages > threshold).sum())
-    metrics = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    metrics = read_metrics(folder)
     last_quarter = [m for m in metrics if "digirl/actor_transitions" in m]
     last_quarter = last_quarter[len(last_quarter) * 3 // 4 :]
     aucs = [m["step_critic/validation_auc"] for m in metrics if m.get("step_critic/validation_auc") is not None]
@@ -56,7 +59,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("setting_folder", type=Path, help="the bench's folder of one setting (its runs' parent)")
     args = parser.parse_args(argv)
     runs = {}
-    for folder in sorted(args.setting_folder.glob("*-seed*")):
+    for folder in sorted(d for d in args.setting_folder.glob("*-seed*") if (d / "benchmark-overrides.json").exists()):
         runs[folder.name] = summary = run_summary(folder)
         print(folder.name, json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in summary.items()}))
     results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}

@@ -6,11 +6,14 @@ per run folder of a reward-noise setting, from its training trajectories (the en
 - what share of the transitions DigiRL's actor would imitate come from failures, with the run's own lambda and
   flat critics (the advantage is then lambda^k r_H, k steps before the end: `doubly_robust` with V = 0). Beside it,
   the step critic's last validation AUC (how near flat it was) and the actor transitions the learner logged an
-  iteration over the run's last quarter (how much each arm imitates).
+  iteration over the run's last quarter (how much each arm imitates);
+- in the run's last (greedy) evaluation, how often the step after a wrong click (the page stayed) clicks the same
+  element again: a failure of S3 is mostly such repeats, so imitating failures teaches them.
 
 Runs that have not finished (no benchmark-overrides.json yet) are left out.
 
     python benchmarks/synthweb_s3_analysis.py runs/bench-synthweb/S3-noise
+    python benchmarks/synthweb_s3_analysis.py runs/bench-synthweb-read/S3-noise   # S3-read (--tag read)
 """
 
 from __future__ import annotations
@@ -51,7 +54,30 @@ def run_summary(folder: Path) -> dict:
         "flat_critic_imitated_from_failures": imitated["failure"] / max(1, sum(imitated.values())),
         "actor_transitions_last_quarter": float(np.mean([m["digirl/actor_transitions"] for m in last_quarter])),
         "step_critic_validation_auc_last": aucs[-1] if aucs else None,
+        "repeats_after_wrong_click_last_eval": repeats_after_wrong_click(
+            read_trajectories(sorted((folder / "eval").glob("shard-*.parquet"))[-1])
+        ),
     }
+
+
+def repeats_after_wrong_click(trajectories: list) -> float:
+    """Of the steps that follow a click which left the page where it was, the share that click the same element."""
+    followed = repeated = 0
+    for t in trajectories:
+        page, wrong_click = 0, None
+        for step in t.steps:
+            if wrong_click is not None:
+                followed += 1
+                repeated += step.action_text == wrong_click
+            stayed = step.info["synthweb"]["page"] == page and step.info.get("outcome") != "success"
+            wrong_click, page = (step.action_text if stayed else None), step.info["synthweb"]["page"]
+    return repeated / max(followed, 1)
+
+
+def setting_name(folder: Path) -> str:
+    """The setting as the bench's results name it: runs/bench-synthweb-read/S3-noise is S3-noise-read."""
+    tag = folder.resolve().parent.name.removeprefix("bench-synthweb").lstrip("-")
+    return folder.name + (f"-{tag}" if tag else "")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -63,7 +89,7 @@ def main(argv: list[str] | None = None) -> None:
         runs[folder.name] = summary = run_summary(folder)
         print(folder.name, json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in summary.items()}))
     results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    results[args.setting_folder.name] = runs
+    results[setting_name(args.setting_folder)] = runs
     RESULTS.write_text(json.dumps(results, indent=1) + "\n")
 
 

@@ -156,17 +156,37 @@ def arm(args, out: Path, algorithm: str, seed: int, start: str) -> dict:
     return {"curve": curve, "curriculum": curriculum}
 
 
-# two-sided 95% quantiles of Student's t for 1..10 degrees of freedom (then the normal's 1.96 is close enough)
-T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228]
+# two-sided 95% quantiles of Student's t for 1..30 degrees of freedom (then the normal's 1.96 is close enough)
+# fmt: off
+T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
+# fmt: on
+
+
+def t975(df: float) -> float:
+    """The quantile for `df` degrees of freedom, interpolated between whole ones (Welch's df is not whole)."""
+    if df >= len(T975):
+        return 1.96 if df > 100 else T975[-1]
+    whole = int(df)
+    low, high = T975[max(whole, 1) - 1], T975[min(whole + 1, len(T975)) - 1]
+    return low + (high - low) * (df - whole) if whole >= 1 else T975[0]
 
 
 def interval(values: list[float]) -> dict:
     """Mean and 95% confidence interval over seeds (t distribution)."""
     x = np.asarray(values, dtype=float)
     mean = float(x.mean())
-    t = T975[len(x) - 2] if 2 <= len(x) <= 11 else 1.96
-    half = float(t * x.std(ddof=1) / np.sqrt(len(x))) if len(x) > 1 else float("nan")
+    half = float(t975(len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x))) if len(x) > 1 else float("nan")
     return {"mean": mean, "ci95": [mean - half, mean + half], "per_seed": x.tolist()}
+
+
+def difference(a: list[float], b: list[float]) -> dict:
+    """Mean of `a` minus mean of `b` over seeds, with Welch's 95% interval (unequal variances)."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    mean, half = float(a.mean() - b.mean()), float(t975(df) * np.sqrt(va + vb))
+    return {"mean": mean, "ci95": [mean - half, mean + half]}
 
 
 def summarize(runs: dict[int, dict]) -> list[dict]:

@@ -10,10 +10,12 @@ per run folder of a reward-noise setting, from its training trajectories (the en
 - in the run's last (greedy) evaluation, how often the step after a wrong click (the page stayed) clicks the same
   element again: a failure of S3 is mostly such repeats, so imitating failures teaches them.
 
-Runs that have not finished (no benchmark-overrides.json yet) are left out.
+Runs that have not finished (no benchmark-overrides.json yet) are left out. With `--difference A B`, the
+difference of arm A's mean minus arm B's over seeds (Welch's 95% interval) at each evaluation point of the bench's
+results, and of the measures above, as the write-up's verdicts quote them.
 
-    python benchmarks/synthweb_s3_analysis.py runs/bench-synthweb/S3-noise
-    python benchmarks/synthweb_s3_analysis.py runs/bench-synthweb-read/S3-noise   # S3-read (--tag read)
+    python benchmarks/synthweb_s3_analysis.py runs/bench-synthweb/S3-noise --difference D-c S
+    python benchmarks/synthweb_s3_analysis.py runs/bench-synthweb-read/S3-noise --difference D-c S  # --tag read
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import json
 from pathlib import Path
 
 import numpy as np
+from digirl_vs_filteredbc import RESULTS as BENCH_RESULTS
+from digirl_vs_filteredbc import difference
 
 from rlsys.config import load_config
 from rlsys.data.shards import read_trajectories
@@ -83,14 +87,39 @@ def setting_name(folder: Path) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("setting_folder", type=Path, help="the bench's folder of one setting (its runs' parent)")
+    parser.add_argument("--difference", nargs=2, metavar=("A", "B"), help="arm A minus arm B, over seeds")
     args = parser.parse_args(argv)
     runs = {}
     for folder in sorted(d for d in args.setting_folder.glob("*-seed*") if (d / "benchmark-overrides.json").exists()):
         runs[folder.name] = summary = run_summary(folder)
         print(folder.name, json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in summary.items()}))
     results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    results[setting_name(args.setting_folder)] = runs
+    name = setting_name(args.setting_folder)
+    results[name] = runs
+    if args.difference:
+        results[f"{name}: {' - '.join(args.difference)}"] = differences(name, runs, *args.difference)
+        print(json.dumps(results[f"{name}: {' - '.join(args.difference)}"], indent=1))
     RESULTS.write_text(json.dumps(results, indent=1) + "\n")
+
+
+def differences(name: str, runs: dict, a: str, b: str) -> dict:
+    """Arm a minus arm b at each evaluation point the bench reports (the last is each run's end), in first clicks
+    on the named link, and in this script's measures."""
+    bench = json.loads((BENCH_RESULTS / f"synthweb_bench-{name}.json").read_text())["runs"]
+    points = min(len(r["curve"]) for arm in (a, b) for r in bench[arm].values())
+
+    def success(arm: str, i: int) -> list[float]:
+        return [r["curve"][i if i < points - 1 else -1]["success"] for r in bench[arm].values()]
+
+    def measure(arm: str, key: str) -> list[float]:
+        return [r[key] for folder, r in runs.items() if folder.startswith(f"{arm}-seed")]
+
+    out = {f"success, evaluation {i + 1}": difference(success(a, i), success(b, i)) for i in range(points)}
+    out["named_link_share"] = difference(*([r["episodes"]["named_link_share"] for r in bench[arm].values()]
+                                           for arm in (a, b)))  # fmt: skip
+    for key in ("flat_critic_imitated_from_failures", "repeats_after_wrong_click_last_eval"):
+        out[key] = difference(measure(a, key), measure(b, key))
+    return out
 
 
 if __name__ == "__main__":

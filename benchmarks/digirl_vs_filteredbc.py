@@ -184,8 +184,11 @@ def difference(a: list[float], b: list[float]) -> dict:
     """Mean of `a` minus mean of `b` over seeds, with Welch's 95% interval (unequal variances)."""
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    mean = float(a.mean() - b.mean())
+    if va + vb == 0:  # the same value in every seed of both arms: Welch's df is 0/0, the difference exact
+        return {"mean": mean, "ci95": [mean, mean]}
     df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
-    mean, half = float(a.mean() - b.mean()), float(t975(df) * np.sqrt(va + vb))
+    half = float(t975(df) * np.sqrt(va + vb))
     return {"mean": mean, "ci95": [mean - half, mean + half]}
 
 

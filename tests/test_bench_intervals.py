@@ -1,0 +1,37 @@
+"""The benchmarks' interval helpers, which every quoted learning verdict comes from. Reference quantiles are
+scipy.stats.t.ppf(0.975, df), written out so the test needs no scipy."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from digirl_vs_filteredbc import difference, interval, t975  # noqa: E402
+
+T_QUANTILE = {1: 12.7062, 2: 4.30265, 4.5: 2.65891, 9: 2.26216, 12.6: 2.16736, 17.3: 2.10703, 29: 2.04523}
+
+
+@pytest.mark.parametrize("df", T_QUANTILE)
+def test_t_quantile_is_exact_at_whole_df_and_never_narrower_between(df):
+    # between whole df the table is interpolated linearly: the quantile is convex in df, so that errs wide
+    assert T_QUANTILE[df] <= t975(df) + 5e-4
+    assert t975(df) == pytest.approx(T_QUANTILE[df], abs=2e-2 if df < 8 else 1e-3)
+
+
+def test_welch_difference_of_two_arms():
+    a, b = [0.69, 0.70, 0.61, 0.66, 0.75], [0.62, 0.535, 0.495, 0.52, 0.575, 0.65]
+    got = difference(a, b)  # Welch df 8.98, half-width 0.07640 by scipy
+    assert got["mean"] == pytest.approx(0.116167, abs=1e-6)
+    assert got["ci95"] == pytest.approx([0.116167 - 0.07640, 0.116167 + 0.07640], abs=1e-4)
+
+
+def test_difference_of_a_measure_constant_in_every_seed_is_exact():
+    # e.g. the share of imitated transitions that come from failures, on noise-free rewards: 0 in every run
+    assert difference([0.0, 0.0, 0.0], [0.0, 0.0]) == {"mean": 0.0, "ci95": [0.0, 0.0]}
+    assert difference([0.3, 0.3], [0.1, 0.1, 0.1])["ci95"] == pytest.approx([0.2, 0.2])
+
+
+def test_interval_of_one_seed_claims_no_width():
+    assert np.isnan(interval([0.5])["ci95"]).all()

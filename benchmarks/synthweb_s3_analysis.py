@@ -97,8 +97,8 @@ def main(argv: list[str] | None = None) -> None:
     name = setting_name(args.setting_folder)
     results[name] = runs
     if args.difference:
-        results[f"{name}: {' - '.join(args.difference)}"] = differences(name, runs, *args.difference)
-        print(json.dumps(results[f"{name}: {' - '.join(args.difference)}"], indent=1))
+        results[f"{name}: {' - '.join(args.difference)}"] = found = differences(name, runs, *args.difference)
+        print(json.dumps(found, indent=1))
     RESULTS.write_text(json.dumps(results, indent=1) + "\n")
 
 

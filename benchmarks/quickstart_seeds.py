@@ -22,8 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-# two-sided 95% Student t quantiles by degrees of freedom (no scipy needed)
-T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+from digirl_vs_filteredbc import t975
 
 
 def summary(values: list[float]) -> dict:
@@ -31,7 +30,7 @@ def summary(values: list[float]) -> dict:
     if len(values) < 2:
         return {"mean": mean, "sd": None, "ci95": None, "n": len(values)}
     sd = statistics.stdev(values)
-    half = T95.get(len(values) - 1, 1.96) * sd / len(values) ** 0.5
+    half = t975(len(values) - 1) * sd / len(values) ** 0.5
     return {"mean": mean, "sd": sd, "ci95": [mean - half, mean + half], "n": len(values)}
 
 

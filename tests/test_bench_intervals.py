@@ -9,6 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from digirl_vs_filteredbc import difference, interval, t975  # noqa: E402
+from quickstart_seeds import summary  # noqa: E402
 
 T_QUANTILE = {1: 12.7062, 2: 4.30265, 4.5: 2.65891, 9: 2.26216, 12.6: 2.16736, 17.3: 2.10703, 29: 2.04523}
 
@@ -35,3 +36,11 @@ def test_difference_of_a_measure_constant_in_every_seed_is_exact():
 
 def test_interval_of_one_seed_claims_no_width():
     assert np.isnan(interval([0.5])["ci95"]).all()
+
+
+def test_quickstart_seeds_interval_uses_t_beyond_ten_seeds():
+    # 12 seeds: df 11, t 2.20099 by scipy; a table that stopped at df 10 fell back to the normal's 1.96
+    values = [0.5 + 0.01 * i for i in range(12)]
+    sd = float(np.std(values, ddof=1))
+    got = summary(values)["ci95"]
+    assert got[1] - got[0] == pytest.approx(2 * 2.20099 * sd / 12**0.5, rel=1e-3)

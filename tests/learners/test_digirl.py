@@ -99,6 +99,15 @@ def test_lambda_one_imitates_exactly_the_imitable_steps_of_successes(policy):
     assert all(s.observation.screenshot_png == RED for s in samples)
 
 
+def test_actor_counts_the_transitions_it_imitates_from_failures(policy):
+    algo = DigiRL(learner_cfg(lam=1.0, curriculum_quantile=0.0), policy)
+    noisy_failure = replace(traj("open the mail app", RED, [0, 0.4], "n"), outcome="failure")  # reward noise
+    _, metrics = algo.actor_samples(dataset() + [noisy_failure])
+    # lambda 1: every step of a trajectory whose final reward passes 0.05 is imitated, the noisy failure's too
+    assert metrics["digirl/actor_transitions"] == 12 * 2 + 2
+    assert metrics["digirl/actor_failure_transitions"] == 2
+
+
 def test_curriculum_prefers_successes_the_instruction_critic_doubts(policy):
     algo = DigiRL(learner_cfg(instruction_critic_steps=40, step_critic_steps=0, actor_steps=0, lam=1.0), policy)
     data = dataset()

@@ -301,10 +301,11 @@ class DigiRL:
         return kept, metrics
 
     def actor_samples(self, chosen: list[Trajectory]) -> tuple[list[ActorSample], dict]:
-        """Transitions of the curriculum's trajectories whose advantage passes the filter, and the policy lag of
-        the trajectories they come from."""
+        """Transitions of the curriculum's trajectories whose advantage passes the filter, the policy lag of the
+        trajectories they come from, and how many come from failures (an outcome the actor never reads: with noisy
+        rewards it says how much of a failure the filter let through)."""
         per_trajectory = [transitions_of(t, self.d.gamma) for t in chosen]
-        samples, advantages, imitated = [], [], []
+        samples, advantages, imitated, from_failures = [], [], [], 0
         for traj, transitions, values in zip(chosen, per_trajectory, self.trajectory_values(per_trajectory)):
             v, v_next = values[:-1], values[1:]
             rewards = [tr.reward for tr in transitions]
@@ -319,8 +320,10 @@ class DigiRL:
             kept = [ActorSample.of(tr.step) for tr, k in zip(transitions, keep) if k and tr.index in imitable]
             samples += kept
             imitated += [traj] * bool(kept)
+            from_failures += len(kept) * (traj.outcome != "success")
         return samples, policy_lag(imitated, self.actor.trained_version) | {
             "digirl/actor_transitions": len(samples),
+            "digirl/actor_failure_transitions": from_failures,
             "digirl/mean_advantage": float(np.mean(advantages)) if advantages else None,
         }
 

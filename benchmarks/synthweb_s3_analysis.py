@@ -12,10 +12,13 @@ per run folder of a reward-noise setting, from its training trajectories (the en
 
 Runs that have not finished (no benchmark-overrides.json yet) are left out. With `--difference A B`, the
 difference of arm A's mean minus arm B's over seeds (Welch's 95% interval) at each evaluation point of the bench's
-results, and of the measures above, as the write-up's verdicts quote them.
+results, and of the measures above, as the write-up's verdicts quote them. With `--noise-cost ARM ...`, each arm's
+success on this setting minus the same arm's on `--clean` (P3.3: what the reward noise costs an arm).
 
     python benchmarks/synthweb_s3_analysis.py runs/bench-synthweb/S3-noise --difference D-c S
     python benchmarks/synthweb_s3_analysis.py runs/bench-synthweb-read/S3-noise --difference D-c S  # --tag read
+    python benchmarks/synthweb_s3_analysis.py runs/bench-synthweb-read/S3-noise --noise-cost D \
+        --clean runs/bench-synthweb-read/S3-clean
 """
 
 from __future__ import annotations
@@ -50,6 +53,8 @@ def run_summary(folder: Path) -> dict:
     last_quarter = [m for m in metrics if "digirl/actor_transitions" in m]
     last_quarter = last_quarter[len(last_quarter) * 3 // 4 :]
     aucs = [m["step_critic/validation_auc"] for m in metrics if m.get("step_critic/validation_auc") is not None]
+    logged = [m for m in last_quarter if "digirl/actor_failure_transitions" in m]  # runs since the metric exists
+    from_failures = sum(m["digirl/actor_failure_transitions"] for m in logged)
     return {
         "lam": lam,
         "trajectories": len(trajectories),
@@ -57,6 +62,9 @@ def run_summary(folder: Path) -> dict:
         "failures_above_threshold": float(np.mean([t.reward > threshold for t in failures])),
         "flat_critic_imitated_from_failures": imitated["failure"] / max(1, sum(imitated.values())),
         "actor_transitions_last_quarter": float(np.mean([m["digirl/actor_transitions"] for m in last_quarter])),
+        "imitated_from_failures_last_quarter": (
+            from_failures / max(1, sum(m["digirl/actor_transitions"] for m in logged)) if logged else None
+        ),
         "step_critic_validation_auc_last": aucs[-1] if aucs else None,
         "repeats_after_wrong_click_last_eval": repeats_after_wrong_click(
             read_trajectories(sorted((folder / "eval").glob("shard-*.parquet"))[-1])
@@ -88,7 +96,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("setting_folder", type=Path, help="the bench's folder of one setting (its runs' parent)")
     parser.add_argument("--difference", nargs=2, metavar=("A", "B"), help="arm A minus arm B, over seeds")
+    parser.add_argument("--noise-cost", nargs="+", metavar="ARM", help="each arm here minus the same arm on --clean")
+    parser.add_argument("--clean", type=Path, help="the setting folder without the noise (with --noise-cost)")
     args = parser.parse_args(argv)
+    if args.noise_cost and not args.clean:
+        parser.error("--noise-cost needs --clean, the folder of the same setting without noise")
     runs = {}
     for folder in sorted(d for d in args.setting_folder.glob("*-seed*") if (d / "benchmark-overrides.json").exists()):
         runs[folder.name] = summary = run_summary(folder)
@@ -99,6 +111,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.difference:
         results[f"{name}: {' - '.join(args.difference)}"] = found = differences(name, runs, *args.difference)
         print(json.dumps(found, indent=1))
+    for arm in args.noise_cost or []:
+        results[f"{name}: {arm} - {arm} on {setting_name(args.clean)}"] = found = noise_cost(name, args.clean, arm)
+        print(arm, json.dumps(found, indent=1))
     RESULTS.write_text(json.dumps(results, indent=1) + "\n")
 
 
@@ -120,6 +135,20 @@ def differences(name: str, runs: dict, a: str, b: str) -> dict:
     for key in ("flat_critic_imitated_from_failures", "repeats_after_wrong_click_last_eval"):
         out[key] = difference(measure(a, key), measure(b, key))
     return out
+
+
+def noise_cost(name: str, clean: Path, arm: str) -> dict:
+    """The arm's success with the noise minus without it, at each evaluation point both settings reached."""
+    noisy, quiet = (json.loads((BENCH_RESULTS / f"synthweb_bench-{n}.json").read_text())["runs"][arm].values()
+                    for n in (name, setting_name(clean)))  # fmt: skip
+    noisy, quiet = list(noisy), list(quiet)
+    points = min(len(r["curve"]) for r in noisy + quiet)
+
+    def success(runs: list[dict], i: int) -> list[float]:
+        return [r["curve"][i if i < points - 1 else -1]["success"] for r in runs]
+
+    found = {f"success, evaluation {i + 1}": difference(success(noisy, i), success(quiet, i)) for i in range(points)}
+    return {"seeds": [len(noisy), len(quiet)]} | found
 
 
 if __name__ == "__main__":

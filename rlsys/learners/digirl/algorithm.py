@@ -320,7 +320,7 @@ class DigiRL:
             kept = [ActorSample.of(tr.step) for tr, k in zip(transitions, keep) if k and tr.index in imitable]
             samples += kept
             imitated += [traj] * bool(kept)
-            from_failures += len(kept) * (traj.outcome != "success")
+            from_failures += len(kept) * (traj.outcome == "failure")
         return samples, policy_lag(imitated, self.actor.trained_version) | {
             "digirl/actor_transitions": len(samples),
             "digirl/actor_failure_transitions": from_failures,

@@ -120,16 +120,12 @@ def main(argv: list[str] | None = None) -> None:
 def differences(name: str, runs: dict, a: str, b: str) -> dict:
     """Arm a minus arm b at each evaluation point the bench reports (the last is each run's end), in first clicks
     on the named link, and in this script's measures."""
-    bench = json.loads((BENCH_RESULTS / f"synthweb_bench-{name}.json").read_text())["runs"]
-    points = min(len(r["curve"]) for arm in (a, b) for r in bench[arm].values())
-
-    def success(arm: str, i: int) -> list[float]:
-        return [r["curve"][i if i < points - 1 else -1]["success"] for r in bench[arm].values()]
+    bench = bench_runs(name)
 
     def measure(arm: str, key: str) -> list[float]:
         return [r[key] for folder, r in runs.items() if folder.startswith(f"{arm}-seed")]
 
-    out = {f"success, evaluation {i + 1}": difference(success(a, i), success(b, i)) for i in range(points)}
+    out = success_differences(list(bench[a].values()), list(bench[b].values()))
     out["named_link_share"] = difference(*([r["episodes"]["named_link_share"] for r in bench[arm].values()]
                                            for arm in (a, b)))  # fmt: skip
     for key in ("flat_critic_imitated_from_failures", "repeats_after_wrong_click_last_eval"):
@@ -139,16 +135,23 @@ def differences(name: str, runs: dict, a: str, b: str) -> dict:
 
 def noise_cost(name: str, clean: Path, arm: str) -> dict:
     """The arm's success with the noise minus without it, at each evaluation point both settings reached."""
-    noisy, quiet = (json.loads((BENCH_RESULTS / f"synthweb_bench-{n}.json").read_text())["runs"][arm].values()
-                    for n in (name, setting_name(clean)))  # fmt: skip
-    noisy, quiet = list(noisy), list(quiet)
-    points = min(len(r["curve"]) for r in noisy + quiet)
+    noisy, quiet = (list(bench_runs(n)[arm].values()) for n in (name, setting_name(clean)))
+    return {"seeds": [len(noisy), len(quiet)]} | success_differences(noisy, quiet)
+
+
+def bench_runs(name: str) -> dict:
+    """The bench's runs of a setting, by arm and seed, from its results JSON."""
+    return json.loads((BENCH_RESULTS / f"synthweb_bench-{name}.json").read_text())["runs"]
+
+
+def success_differences(a: list[dict], b: list[dict]) -> dict:
+    """Runs a minus runs b in success at each evaluation point all of them reached, the last being each run's end."""
+    points = min(len(r["curve"]) for r in a + b)
 
     def success(runs: list[dict], i: int) -> list[float]:
         return [r["curve"][i if i < points - 1 else -1]["success"] for r in runs]
 
-    found = {f"success, evaluation {i + 1}": difference(success(noisy, i), success(quiet, i)) for i in range(points)}
-    return {"seeds": [len(noisy), len(quiet)]} | found
+    return {f"success, evaluation {i + 1}": difference(success(a, i), success(b, i)) for i in range(points)}
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from digirl_vs_filteredbc import difference, interval, t975  # noqa: E402
 from quickstart_seeds import summary  # noqa: E402
+from synthweb_s3_analysis import success_differences  # noqa: E402
 
 T_QUANTILE = {1: 12.7062, 2: 4.30265, 4.5: 2.65891, 9: 2.26216, 12.6: 2.16736, 17.3: 2.10703, 29: 2.04523}
 
@@ -44,3 +45,19 @@ def test_quickstart_seeds_interval_uses_t_beyond_ten_seeds():
     sd = float(np.std(values, ddof=1))
     got = summary(values)["ci95"]
     assert got[1] - got[0] == pytest.approx(2 * 2.20099 * sd / 12**0.5, rel=1e-3)
+
+
+def test_success_differences_compare_each_run_s_end_where_one_run_has_a_point_fewer():
+    # a run whose budget ran out just before an evaluation point has one point fewer; its last is still its end
+    a = [
+        {"curve": [{"success": 0.5}, {"success": 0.6}, {"success": 0.7}]},
+        {"curve": [{"success": 0.4}, {"success": 0.8}]},
+    ]
+    b = [
+        {"curve": [{"success": 0.3}, {"success": 0.5}, {"success": 0.4}]},
+        {"curve": [{"success": 0.3}, {"success": 0.6}]},
+    ]
+    got = success_differences(a, b)
+    assert list(got) == ["success, evaluation 1", "success, evaluation 2"]
+    assert got["success, evaluation 1"]["mean"] == pytest.approx(0.15)
+    assert got["success, evaluation 2"]["mean"] == pytest.approx((0.7 + 0.8) / 2 - (0.4 + 0.6) / 2)

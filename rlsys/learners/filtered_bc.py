@@ -29,7 +29,11 @@ class FilteredBC:
     ) -> dict:
         kept = select(self.cfg, trajectories) if history is None else self._from_history(history)
         samples = samples_of(kept)
-        metrics = {"learner/selected_trajectories": len(kept), "learner/samples": len(samples)}
+        metrics = {
+            "learner/selected_trajectories": len(kept),
+            "learner/selected_failures": sum(t.outcome == "failure" for t in kept),  # let in by a noisy reward
+            "learner/samples": len(samples),
+        }
         imitated = [t for t in kept if imitable_steps(t)]
         metrics |= policy_lag(imitated, self.actor.trained_version)
         return metrics | self.actor.run(samples, self.cfg.updates_per_iteration)

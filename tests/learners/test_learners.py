@@ -101,6 +101,16 @@ def test_digirl_filtered_bc_ranks_the_runs_history_not_what_memory_holds(tmp_pat
     assert metrics["learner/selected_trajectories"] == 2 and metrics["actor/updates"] == 20
 
 
+def test_filtered_bc_counts_the_failures_a_noisy_reward_lets_into_the_quantile(tmp_path):
+    buf = ReplayBuffer(capacity=2, max_bytes=1 << 30, history_dir=str(tmp_path / "replay"))
+    noisy = [traj("n", [0, 0.95], outcome="failure", tid="n"), traj("q", [0, 0.02], outcome="failure", tid="q")]
+    buf.add([traj(f"t{i}", [0, 1] if i < 3 else [0, 0], tid=f"x{i}") for i in range(8)] + noisy)
+    policy = build_policy(PolicyConfig(d_model=32, d_ff=64, num_heads=2), seed=0)
+    metrics = FilteredBC(LearnerConfig(filter="quantile", quantile=0.6), policy).update(buf.sample(2), history=buf)
+    # the top 40% of ten rewards: three successes and the failure whose noise reached 0.95
+    assert metrics["learner/selected_trajectories"] == 4 and metrics["learner/selected_failures"] == 1
+
+
 def test_policy_lag_of_a_sample_leaves_offline_data_out():
     sample = [traj(f"t{i}", [1]) for i in range(4)]
     for t, version in zip(sample, [3, 5, 7, -1]):

@@ -6,7 +6,8 @@ per run folder of a reward-noise setting, from its training trajectories (the en
 - what share of the transitions DigiRL's actor would imitate come from failures, with the run's own lambda and
   flat critics (the advantage is then lambda^k r_H, k steps before the end: `doubly_robust` with V = 0). Beside it,
   the step critic's last validation AUC (how near flat it was) and the actor transitions the learner logged an
-  iteration over the run's last quarter (how much each arm imitates);
+  iteration over the run's last quarter (how much each arm imitates), with the share of them from failures; for
+  filtered BC, the trajectories its filter kept and the share of those that failed;
 - in the run's last (greedy) evaluation, how often the step after a wrong click (the page stayed) clicks the same
   element again: a failure of S3 is mostly such repeats, so imitating failures teaches them.
 
@@ -50,26 +51,42 @@ def run_summary(folder: Path) -> dict:
         advantages = doubly_robust([s.reward for s in t.steps], zeros[:-1], zeros[1:], lam)
         imitated["success" if t.outcome == "success" else "failure"] += int((advantages > threshold).sum())
     metrics = read_metrics(folder)
-    last_quarter = [m for m in metrics if "digirl/actor_transitions" in m]
-    last_quarter = last_quarter[len(last_quarter) * 3 // 4 :]
     aucs = [m["step_critic/validation_auc"] for m in metrics if m.get("step_critic/validation_auc") is not None]
-    logged = [m for m in last_quarter if "digirl/actor_failure_transitions" in m]  # runs since the metric exists
-    from_failures = sum(m["digirl/actor_failure_transitions"] for m in logged)
     return {
         "lam": lam,
         "trajectories": len(trajectories),
         "train_success": 1 - len(failures) / len(trajectories),
         "failures_above_threshold": float(np.mean([t.reward > threshold for t in failures])),
         "flat_critic_imitated_from_failures": imitated["failure"] / max(1, sum(imitated.values())),
-        "actor_transitions_last_quarter": float(np.mean([m["digirl/actor_transitions"] for m in last_quarter])),
-        "imitated_from_failures_last_quarter": (
-            from_failures / max(1, sum(m["digirl/actor_transitions"] for m in logged)) if logged else None
-        ),
+        **imitated_from_failures(metrics),
         "step_critic_validation_auc_last": aucs[-1] if aucs else None,
         "repeats_after_wrong_click_last_eval": repeats_after_wrong_click(
             read_trajectories(sorted((folder / "eval").glob("shard-*.parquet"))[-1])
         ),
     }
+
+
+IMITATED = {  # what each learner logs it imitated, how much of that came from failures, and the name given here
+    "digirl/actor_transitions": ("digirl/actor_failure_transitions", "actor_transitions_last_quarter"),
+    "learner/selected_trajectories": ("learner/selected_failures", "selected_trajectories_last_quarter"),
+}
+
+
+def imitated_from_failures(metrics: list[dict]) -> dict:
+    """How much the learner imitated an iteration over the run's last quarter, and the share of it from failures
+    (over the iterations that logged it: runs older than the metric leave it out)."""
+    for total, (from_failures, name) in IMITATED.items():
+        rows = [m for m in metrics if m.get(total) is not None]
+        if rows:
+            last_quarter = rows[len(rows) * 3 // 4 :]
+            logged = [m for m in last_quarter if from_failures in m]
+            return {
+                name: float(np.mean([m[total] for m in last_quarter])),
+                "imitated_from_failures_last_quarter": (
+                    sum(m[from_failures] for m in logged) / max(1, sum(m[total] for m in logged)) if logged else None
+                ),
+            }
+    return {}
 
 
 def repeats_after_wrong_click(trajectories: list) -> float:

@@ -10,7 +10,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from digirl_vs_filteredbc import difference, interval, t975  # noqa: E402
 from quickstart_seeds import summary  # noqa: E402
-from synthweb_s3_analysis import success_differences  # noqa: E402
+from synthweb_s3_analysis import imitated_from_failures, success_differences  # noqa: E402
 
 T_QUANTILE = {1: 12.7062, 2: 4.30265, 4.5: 2.65891, 9: 2.26216, 12.6: 2.16736, 17.3: 2.10703, 29: 2.04523}
 
@@ -61,3 +61,15 @@ def test_success_differences_compare_each_run_s_end_where_one_run_has_a_point_fe
     assert list(got) == ["success, evaluation 1", "success, evaluation 2"]
     assert got["success, evaluation 1"]["mean"] == pytest.approx(0.15)
     assert got["success, evaluation 2"]["mean"] == pytest.approx((0.7 + 0.8) / 2 - (0.4 + 0.6) / 2)
+
+
+def test_share_imitated_from_failures_reads_the_last_quarter_of_each_learner_s_own_metrics():
+    # filtered BC: 8 updates, the last 2 kept 10 and 30 trajectories of which 1 and 3 failed
+    fbc = [{"learner/selected_trajectories": n, "learner/selected_failures": n // 10} for n in (5,) * 6 + (10, 30)]
+    assert imitated_from_failures([{"eval/success": 0.5}] + fbc) == {
+        "selected_trajectories_last_quarter": 20.0,
+        "imitated_from_failures_last_quarter": 0.1,
+    }
+    # DigiRL from before its failure count was logged: the share is unknown, not 0
+    digirl = [{"digirl/actor_transitions": 100}] * 4
+    assert imitated_from_failures(digirl)["imitated_from_failures_last_quarter"] is None

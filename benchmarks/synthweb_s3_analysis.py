@@ -14,7 +14,8 @@ per run folder of a reward-noise setting, from its training trajectories (the en
 Runs that have not finished (no benchmark-overrides.json yet) are left out. With `--difference A B`, the
 difference of arm A's mean minus arm B's over seeds (Welch's 95% interval) at each evaluation point of the bench's
 results, and of the measures above, as the write-up's verdicts quote them. With `--noise-cost ARM ...`, each arm's
-success on this setting minus the same arm's on `--clean` (P3.3: what the reward noise costs an arm).
+success on this setting minus the same arm's on `--clean` (P3.3: what the reward noise costs an arm). With
+`--arms ARM ...`, only those arms' run folders are read again (reading every run takes minutes).
 
     python benchmarks/synthweb_s3_analysis.py runs/bench-synthweb/S3-noise --difference D-c S
     python benchmarks/synthweb_s3_analysis.py runs/bench-synthweb-read/S3-noise --difference D-c S  # --tag read
@@ -115,16 +116,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--difference", nargs=2, metavar=("A", "B"), help="arm A minus arm B, over seeds")
     parser.add_argument("--noise-cost", nargs="+", metavar="ARM", help="each arm here minus the same arm on --clean")
     parser.add_argument("--clean", type=Path, help="the setting folder without the noise (with --noise-cost)")
+    parser.add_argument("--arms", nargs="+", metavar="ARM", help="read these arms' runs only (the rest kept as saved)")
     args = parser.parse_args(argv)
     if args.noise_cost and not args.clean:
         parser.error("--noise-cost needs --clean, the folder of the same setting without noise")
-    runs = {}
-    for folder in sorted(d for d in args.setting_folder.glob("*-seed*") if (d / "benchmark-overrides.json").exists()):
-        runs[folder.name] = summary = run_summary(folder)
-        print(folder.name, json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in summary.items()}))
     results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     name = setting_name(args.setting_folder)
-    results[name] = runs
+    runs = dict(results.get(name, {})) if args.arms else {}  # with --arms, the other arms' saved summaries stay
+    for folder in sorted(d for d in args.setting_folder.glob("*-seed*") if (d / "benchmark-overrides.json").exists()):
+        if args.arms and folder.name.rsplit("-seed", 1)[0] not in args.arms:
+            continue
+        runs[folder.name] = summary = run_summary(folder)
+        print(folder.name, json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in summary.items()}))
+    results[name] = dict(sorted(runs.items()))
     if args.difference:
         results[f"{name}: {' - '.join(args.difference)}"] = found = differences(name, runs, *args.difference)
         print(json.dumps(found, indent=1))

@@ -13,7 +13,7 @@ from rlsys.config.checks import ranks_history
 from rlsys.core.types import Trajectory
 from rlsys.learners.history import History
 from rlsys.learners.imitation import ActorUpdate, samples_of
-from rlsys.learners.selection import above_reward_quantile, imitable_steps, policy_lag, select
+from rlsys.learners.selection import above_reward_quantile, failed, imitable_steps, policy_lag, select
 
 
 class FilteredBC:
@@ -31,7 +31,7 @@ class FilteredBC:
         samples = samples_of(kept)
         metrics = {
             "learner/selected_trajectories": len(kept),
-            "learner/selected_failures": sum(t.outcome == "failure" for t in kept),  # let in by a noisy reward
+            "learner/selected_failures": sum(map(failed, kept)),  # let in by a noisy reward
             "learner/samples": len(samples),
         }
         imitated = [t for t in kept if imitable_steps(t)]

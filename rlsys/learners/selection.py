@@ -16,6 +16,11 @@ def successes(trajectories: list[Trajectory]) -> list[Trajectory]:
     return [t for t in trajectories if t.trainable and t.outcome == "success"]
 
 
+def failed(traj: Trajectory) -> bool:
+    """A trainable episode that did not succeed: a failure or a timeout (synthweb's non-successes are all timeouts)."""
+    return traj.trainable and traj.outcome != "success"
+
+
 def reward_quantile(trajectories: list[Trajectory], quantile: float) -> list[Trajectory]:
     """DigiRL's filtered BC: trajectory reward at or above the `quantile` of rewards. When few succeed the
     cutoff is 0; the original then clones every trajectory, here only positive rewards are ever kept."""

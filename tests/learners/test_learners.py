@@ -103,7 +103,8 @@ def test_digirl_filtered_bc_ranks_the_runs_history_not_what_memory_holds(tmp_pat
 
 def test_filtered_bc_counts_the_failures_a_noisy_reward_lets_into_the_quantile(tmp_path):
     buf = ReplayBuffer(capacity=2, max_bytes=1 << 30, history_dir=str(tmp_path / "replay"))
-    noisy = [traj("n", [0, 0.95], outcome="failure", tid="n"), traj("q", [0, 0.02], outcome="failure", tid="q")]
+    # a timeout counts: every non-success of synthweb is one
+    noisy = [traj("n", [0, 0.95], outcome="timeout", tid="n"), traj("q", [0, 0.02], outcome="failure", tid="q")]
     buf.add([traj(f"t{i}", [0, 1] if i < 3 else [0, 0], tid=f"x{i}") for i in range(8)] + noisy)
     policy = build_policy(PolicyConfig(d_model=32, d_ff=64, num_heads=2), seed=0)
     metrics = FilteredBC(LearnerConfig(filter="quantile", quantile=0.6), policy).update(buf.sample(2), history=buf)

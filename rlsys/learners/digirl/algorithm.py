@@ -26,7 +26,7 @@ from rlsys.learners.history import History
 from rlsys.learners.imitation import ActorSample, ActorUpdate
 from rlsys.learners.losses import constant_ce, ranking_auc, success_probability, two_class_ce
 from rlsys.learners.optim import ModuleOptimizer, train_steps
-from rlsys.learners.selection import imitable_steps, is_validation, policy_lag, versions_lag
+from rlsys.learners.selection import failed, imitable_steps, is_validation, policy_lag, versions_lag
 from rlsys.policies.image_features import FEATURE_KEY, PooledImageFeatures
 
 STAGES = ("instruction_critic", "step_critic", "actor")
@@ -320,7 +320,7 @@ class DigiRL:
             kept = [ActorSample.of(tr.step) for tr, k in zip(transitions, keep) if k and tr.index in imitable]
             samples += kept
             imitated += [traj] * bool(kept)
-            from_failures += len(kept) * (traj.outcome == "failure")
+            from_failures += len(kept) * failed(traj)
         return samples, policy_lag(imitated, self.actor.trained_version) | {
             "digirl/actor_transitions": len(samples),
             "digirl/actor_failure_transitions": from_failures,

@@ -7,7 +7,8 @@ per run folder of a reward-noise setting, from its training trajectories (the en
   flat critics (the advantage is then lambda^k r_H, k steps before the end: `doubly_robust` with V = 0). Beside it,
   the step critic's last validation AUC (how near flat it was) and the actor transitions the learner logged an
   iteration over the run's last quarter (how much each arm imitates), with the share of them from failures; for
-  filtered BC, the trajectories its filter kept and the share of those that failed;
+  filtered BC, the trajectories its filter kept and the share of those that failed, and its reward quantile
+  recomputed over the run's history at each update (the non-successes it let in, checked against the logged count);
 - in the run's last (greedy) evaluation, how often the step after a wrong click (the page stayed) clicks the same
   element again: a failure of S3 is mostly such repeats, so imitating failures teaches them.
 
@@ -37,6 +38,7 @@ from rlsys.config import load_config
 from rlsys.data.shards import read_trajectories
 from rlsys.driver.metrics import read_metrics
 from rlsys.learners.digirl.advantages import doubly_robust
+from rlsys.learners.selection import above_reward_quantile, failed
 
 RESULTS = Path(__file__).parent / "results" / "synthweb_s3_analysis.json"
 
@@ -60,6 +62,7 @@ def run_summary(folder: Path) -> dict:
         "failures_above_threshold": float(np.mean([t.reward > threshold for t in failures])),
         "flat_critic_imitated_from_failures": imitated["failure"] / max(1, sum(imitated.values())),
         **imitated_from_failures(metrics),
+        **quantile_kept_non_successes(cfg, trajectories, metrics),
         "step_critic_validation_auc_last": aucs[-1] if aucs else None,
         "repeats_after_wrong_click_last_eval": repeats_after_wrong_click(
             read_trajectories(sorted((folder / "eval").glob("shard-*.parquet"))[-1])
@@ -88,6 +91,23 @@ def imitated_from_failures(metrics: list[dict]) -> dict:
                 ),
             }
     return {}
+
+
+def quantile_kept_non_successes(cfg, trajectories: list, metrics: list[dict]) -> dict:
+    """Filtered BC's reward quantile recomputed over the run's history before each update (its trajectories in
+    the order they were collected, one iteration's worth more each update): how many non-successes it let in, over
+    all updates, and at how many updates the recomputed kept count equals the one the learner logged."""
+    if cfg.learner.algorithm != "filtered_bc" or cfg.learner.filter != "quantile":
+        return {}
+    logged = [m["learner/selected_trajectories"] for m in metrics if "learner/selected_trajectories" in m]
+    rewards = np.array([t.reward for t in trajectories])
+    non_success = np.array([failed(t) for t in trajectories])
+    per_update = len(trajectories) // max(1, len(logged))
+    kept = [above_reward_quantile(rewards[: per_update * (k + 1)], cfg.learner.quantile) for k in range(len(logged))]
+    return {
+        "quantile_kept_non_successes": int(sum((keep & non_success[: len(keep)]).sum() for keep in kept)),
+        "quantile_kept_count_as_logged": float(np.mean([int(keep.sum()) == n for keep, n in zip(kept, logged)])),
+    }
 
 
 def repeats_after_wrong_click(trajectories: list) -> float:

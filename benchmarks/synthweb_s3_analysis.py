@@ -106,7 +106,9 @@ def quantile_kept_non_successes(cfg, trajectories: list, metrics: list[dict]) ->
     kept = [above_reward_quantile(rewards[: per_update * (k + 1)], cfg.learner.quantile) for k in range(len(logged))]
     return {
         "quantile_kept_non_successes": int(sum((keep & non_success[: len(keep)]).sum() for keep in kept)),
-        "quantile_kept_count_as_logged": float(np.mean([int(keep.sum()) == n for keep, n in zip(kept, logged)])),
+        "quantile_kept_count_as_logged": float(  # the learner reads back at most sample_trajectories of them
+            np.mean([min(int(keep.sum()), cfg.learner.sample_trajectories) == n for keep, n in zip(kept, logged)])
+        ),
     }
 
 

@@ -23,7 +23,9 @@ def browsers(tmp_path):
 
 
 def element_index(info, text):
-    return next(i for i, e in enumerate(info["elements"]) if text in e["text"])
+    """The element whose whole text is `text`: a substring would also find "ok" in an "Okay" button or "no" in a
+    line of lorem ipsum above it."""
+    return next(i for i, e in enumerate(info["elements"]) if e["text"].strip() == text)
 
 
 def test_a_miniwob_task_is_played_through_gymnasium(tmp_path):

@@ -88,7 +88,7 @@ def test_every_record_carries_the_run_clock_which_a_resumed_session_continues(tm
     first.log({"iteration": 2})
     first.close()
     clocks = [r["time/run_s"] for r in read_metrics(run_dir)]
-    assert 0 <= clocks[0] and clocks[1] - clocks[0] >= 0.2
+    assert 0 <= clocks[0] and clocks[1] - clocks[0] >= 0.2 - 0.001  # each clock is rounded to the millisecond
     time.sleep(0.5)  # the run stopped: this wait is not the run's time
     resumed = MetricsLogger(cfg, run_dir, {}, total=3, start=2)
     resumed.log({"iteration": 3})

@@ -148,13 +148,21 @@ def remove_stale_profiles(parent: str | None) -> list[str]:
     return removed
 
 
+def browser_owners() -> list[int]:
+    """The processes a browser dies with: this one, and in a Ray worker its raylet too. A worker outlives a
+    killed raylet until Ray's own check of RAY_RAYLET_PID (set for its workers) notices, about a second when
+    all goes well; the worker is doomed from the raylet's death, and its browser need not wait."""
+    raylet = os.environ.get("RAY_RAYLET_PID", "")
+    return [os.getpid(), *([int(raylet)] if raylet.isdigit() else [])]
+
+
 class _GuardedService(Service):
     """chromedriver started through browser_guard.py, which ends it, Chromium and everything Chromium started
     once this process is gone, whatever ended it."""
 
     def __init__(self, chromedriver: str, profile: str, env: dict[str, str]):
         super().__init__(executable_path=sys.executable, env=env)
-        self._guard = ["-I", "-S", GUARD, str(os.getpid()), profile, chromedriver]
+        self._guard = ["-I", "-S", GUARD, ",".join(map(str, browser_owners())), profile, chromedriver]
 
     def command_line_args(self) -> list[str]:
         return [*self._guard, *super().command_line_args()]

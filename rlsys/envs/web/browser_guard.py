@@ -1,5 +1,5 @@
 """Runs chromedriver, and through it Chromium, so that they die with the process that started them, whatever
-kills that process: `python browser_guard.py OWNER_PID PROFILE CHROMEDRIVER [ARGS...]`.
+kills that process: `python browser_guard.py OWNER_PID[,PID...] PROFILE CHROMEDRIVER [ARGS...]`.
 
 Selenium starts this script in chromedriver's place (browser.py). It leaves the owner's session, so that a
 signal to the owner's process group (Ctrl-C, or SIGKILL to a whole training run) does not reach it, and forks
@@ -9,11 +9,12 @@ always find them. The process Selenium started only stands in for chromedriver (
 with the watchdog), because a Ray worker that exits kills its own children, with SIGKILL: the watchdog is a
 grandchild, and outlives that.
 
-Once the owner is gone (or the stand-in, so Selenium's handle on the browser), the watchdog kills every
-process beneath it and removes the browser's profile folder; it finds out within POLL_S. It also kills what
-is left when chromedriver exits, and when it is told to stop (SIGTERM, from Selenium after chromedriver's own
-shutdown); the owner then removes the profile itself. The parent-death signal alone would not do: it fires when the
-parent *thread* exits, it reaches only chromedriver, and Chromium's zygotes are not chromedriver's children.
+Once the owner is gone (or another process listed with it, or the stand-in, so Selenium's handle on the
+browser), the watchdog kills every process beneath it and removes the browser's profile folder; it finds out
+within POLL_S. It also kills what is left when chromedriver exits, and when it is told to stop (SIGTERM, from
+Selenium after chromedriver's own shutdown); the owner then removes the profile itself. The parent-death signal
+alone would not do: it fires when the parent *thread* exits, it reaches only chromedriver, and Chromium's zygotes
+are not chromedriver's children.
 
 Standard library only, and run with `-I -S`, so it starts in a few tens of milliseconds.
 """
@@ -107,7 +108,8 @@ def _wait_for(pid: int, seconds: float) -> int | None:
 
 
 class _Owner:
-    """Whether the owner still lives: through a pidfd where the system has them (no pid reuse possible)."""
+    """Whether an owner still lives: through a pidfd where the system has them (no pid reuse possible, and a
+    zombie not yet reaped counts as gone)."""
 
     def __init__(self, pid: int):
         self.pid = pid
@@ -130,7 +132,17 @@ class _Owner:
         return self._fd >= 0 and not select.select([self._fd], [], [], 0)[0]
 
 
-def watch(owner: _Owner, stand_in: int, profile: str, command: list[str]) -> int:
+class _Owners:
+    """The browser lives while every one of these lives."""
+
+    def __init__(self, pids: str):
+        self._owners = [_Owner(int(pid)) for pid in pids.split(",")]
+
+    def alive(self) -> bool:
+        return all(owner.alive() for owner in self._owners)
+
+
+def watch(owner: _Owners, stand_in: int, profile: str, command: list[str]) -> int:
     """The watchdog: chromedriver beneath it until chromedriver exits, a stop is asked, or the owner or the
     stand-in is gone; then nothing beneath it, and in the last two cases no profile either."""
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
@@ -165,7 +177,7 @@ def stand_in(watchdog: int) -> int:
 
 
 def main(argv: list[str]) -> int:
-    owner, profile, command = _Owner(int(argv[1])), argv[2], argv[3:]
+    owner, profile, command = _Owners(argv[1]), argv[2], argv[3:]
     os.setsid()
     # a Ray worker ignores SIGCHLD, and an ignored SIGCHLD is inherited: children would be reaped unseen
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)

@@ -122,6 +122,31 @@ def test_an_owner_killed_alone_takes_its_browser_and_profile_along(tmp_path):
         kill_session(owner.pid)
 
 
+def test_in_a_ray_worker_the_browser_goes_with_the_raylet_though_the_worker_lingers(tmp_path):
+    """A killed run's Ray worker outlives its raylet until it notices; its browser does not. The stand-in raylet
+    is killed and left unreaped (a zombie, as a killed raylet is until something reaps it)."""
+    chromium, chromedriver = _chromium_paths()
+    raylet = subprocess.Popen(["sleep", "600"])
+    owner = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(OWNER.format(chromium=chromium, chromedriver=chromedriver))],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "RAY_RAYLET_PID": str(raylet.pid)},
+    )
+    try:
+        profile = owner.stdout.readline().strip()
+        procs = browser_processes_beneath(owner.pid)
+        assert profile and any("--user-data-dir" in " ".join(p.cmdline()) for p in procs)
+        raylet.kill()
+        left = wait_until_gone(procs, {profile}, seconds=5)
+        assert not left, f"left behind after the raylet was killed: {left}"
+        assert owner.poll() is None and psutil.Process(raylet.pid).status() == psutil.STATUS_ZOMBIE
+    finally:
+        kill_session(owner.pid)
+        raylet.wait()
+
+
 def test_a_start_removes_the_profiles_whose_owner_is_gone(tmp_path):
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     started = int(psutil.Process(gone.pid).create_time() * 100)

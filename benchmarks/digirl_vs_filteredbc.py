@@ -185,8 +185,10 @@ def interval(values: list[float]) -> dict:
 def difference(a: list[float], b: list[float]) -> dict:
     """Mean of `a` minus mean of `b` over seeds, with Welch's 95% interval (unequal variances)."""
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
     mean = float(a.mean() - b.mean())
+    if min(len(a), len(b)) < 2:  # one seed has no spread to estimate: no interval, as interval() gives none
+        return {"mean": mean, "ci95": [float("nan"), float("nan")]}
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
     if va + vb == 0:  # the same value in every seed of both arms: Welch's df is 0/0, the difference exact
         return {"mean": mean, "ci95": [mean, mean]}
     df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))

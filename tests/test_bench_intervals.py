@@ -39,6 +39,13 @@ def test_interval_of_one_seed_claims_no_width():
     assert np.isnan(interval([0.5])["ci95"]).all()
 
 
+def test_difference_with_one_seed_in_an_arm_claims_no_interval():
+    # a partial run of an arm (one seed so far) is reported, not refused
+    for a, b in (([0.7], [0.6, 0.65]), ([0.7, 0.75], [0.6]), ([0.7], [0.6])):
+        got = difference(a, b)
+        assert got["mean"] == pytest.approx(np.mean(a) - np.mean(b)) and np.isnan(got["ci95"]).all()
+
+
 def test_quickstart_seeds_interval_uses_t_beyond_ten_seeds():
     # 12 seeds: df 11, t 2.20099 by scipy; a table that stopped at df 10 fell back to the normal's 1.96
     values = [0.5 + 0.01 * i for i in range(12)]

@@ -10,12 +10,14 @@ per run folder of a reward-noise setting, from its training trajectories (the en
   filtered BC, the trajectories its filter kept and the share of those that failed, and its reward quantile
   recomputed over the run's history at each update (the non-successes it let in, checked against the logged count);
 - in the run's last (greedy) evaluation, how often the step after a wrong click (the page stayed) clicks the same
-  element again: a failure of S3 is mostly such repeats, so imitating failures teaches them.
+  element again: a failure of S3 is mostly such repeats, so imitating failures teaches them;
+- where clicks slip (S3-slips, S3-both), the share of steps that slipped, and of the steps of successes those
+  whose wrong click a slip carried onto the named link (P3.8).
 
 Runs that have not finished (no benchmark-overrides.json yet) are left out. With `--difference A B`, the
 difference of arm A's mean minus arm B's over seeds (Welch's 95% interval) at each evaluation point of the bench's
 results, and of the measures above, as the write-up's verdicts quote them. With `--noise-cost ARM ...`, each arm's
-success on this setting minus the same arm's on `--clean` (P3.3: what the reward noise costs an arm). With
+success on this setting minus the same arm's on `--clean` (P3.3 and P3.8: what the noise or the slips cost it). With
 `--arms ARM ...`, only those arms' run folders are read again (reading every run takes minutes).
 
     python benchmarks/synthweb_s3_analysis.py runs/bench-synthweb/S3-noise --difference D-c S
@@ -37,6 +39,7 @@ from digirl_vs_filteredbc import difference
 from rlsys.config import load_config
 from rlsys.data.shards import read_trajectories
 from rlsys.driver.metrics import read_metrics
+from rlsys.envs.synthweb import FORWARD, build_site, path_page
 from rlsys.learners.digirl.advantages import doubly_robust
 from rlsys.learners.selection import above_reward_quantile, failed
 
@@ -63,6 +66,7 @@ def run_summary(folder: Path) -> dict:
         "flat_critic_imitated_from_failures": imitated["failure"] / max(1, sum(imitated.values())),
         **imitated_from_failures(metrics),
         **quantile_kept_non_successes(cfg, trajectories, metrics),
+        **slips(cfg, trajectories),
         "step_critic_validation_auc_last": aucs[-1] if aucs else None,
         "repeats_after_wrong_click_last_eval": repeats_after_wrong_click(
             read_trajectories(sorted((folder / "eval").glob("shard-*.parquet"))[-1])
@@ -113,7 +117,8 @@ def quantile_kept_non_successes(cfg, trajectories: list, metrics: list[dict]) ->
 
 
 def repeats_after_wrong_click(trajectories: list) -> float:
-    """Of the steps that follow a click which left the page where it was, the share that click the same element."""
+    """Of the steps that follow a click which left the page where it was, the share that click the same element.
+    A click that slipped is not counted as wrong: clicking the named link again after its slip is right."""
     followed = repeated = 0
     for t in trajectories:
         page, wrong_click = 0, None
@@ -122,8 +127,42 @@ def repeats_after_wrong_click(trajectories: list) -> float:
                 followed += 1
                 repeated += step.action_text == wrong_click
             stayed = step.info["synthweb"]["page"] == page and step.info.get("outcome") != "success"
+            stayed = stayed and not step.info.get("slipped")
             wrong_click, page = (step.action_text if stayed else None), step.info["synthweb"]["page"]
     return repeated / max(followed, 1)
+
+
+def slips(cfg, trajectories: list) -> dict:
+    """Where the setting slips (P3.8): the share of training steps that slipped, and over the run's first and last
+    quarter, the share of the steps of successes (what filtered BC imitates) whose chosen click was wrong but
+    slipped onto the named link, so that it led on as if it had been right."""
+    if not cfg.env.synthweb.slip_prob:
+        return {}
+    back_link = cfg.env.synthweb.back_link
+
+    def carried(t) -> int:
+        site, before, count = build_site(t.task.meta), {"page": 0, "detours": 0}, 0
+        for step in t.steps:
+            after, chosen = step.info["synthweb"], (step.action or {}).get("element")
+            led_on = after["page"] > before["page"] or step.info.get("outcome") == "success"
+            if step.info.get("slipped") and led_on and not before["detours"] and chosen is not None:
+                kinds = path_page(site, before["page"], back_link).kinds
+                count += chosen >= len(kinds) or kinds[chosen] != FORWARD
+            before = after
+        return count
+
+    def share_carried(part: list) -> float | None:
+        successes = [t for t in part if t.outcome == "success"]
+        steps = sum(len(t.steps) for t in successes)
+        return sum(carried(t) for t in successes) / steps if steps else None
+
+    quarter = len(trajectories) // 4
+    steps = [s for t in trajectories for s in t.steps]
+    return {
+        "slipped_steps": sum(bool(s.info.get("slipped")) for s in steps) / max(1, len(steps)),
+        "success_steps_carried_by_a_slip_first_quarter": share_carried(trajectories[:quarter]),
+        "success_steps_carried_by_a_slip_last_quarter": share_carried(trajectories[-quarter:]),
+    }
 
 
 def setting_name(folder: Path) -> str:

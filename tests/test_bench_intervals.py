@@ -1,6 +1,7 @@
 """The benchmarks' interval helpers, which every quoted learning verdict comes from. Reference quantiles are
 scipy.stats.t.ppf(0.975, df), written out so the test needs no scipy."""
 
+import random
 import sys
 from pathlib import Path
 
@@ -10,7 +11,13 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from digirl_vs_filteredbc import difference, interval, t975  # noqa: E402
 from quickstart_seeds import summary  # noqa: E402
-from synthweb_s3_analysis import imitated_from_failures, success_differences  # noqa: E402
+from synthweb_bench import BASE, SETTINGS  # noqa: E402
+from synthweb_dataset import scripted_action  # noqa: E402
+from synthweb_s3_analysis import imitated_from_failures, slips, success_differences  # noqa: E402
+
+from rlsys.config import load_config  # noqa: E402
+from rlsys.core.types import Step, Trajectory  # noqa: E402
+from rlsys.envs.synthweb import FORWARD, SynthWebEnv, suite_tasks  # noqa: E402
 
 T_QUANTILE = {1: 12.7062, 2: 4.30265, 4.5: 2.65891, 9: 2.26216, 12.6: 2.16736, 17.3: 2.10703, 29: 2.04523}
 
@@ -80,3 +87,33 @@ def test_share_imitated_from_failures_reads_the_last_quarter_of_each_learner_s_o
     # DigiRL from before its failure count was logged: the share is unknown, not 0
     digirl = [{"digirl/actor_transitions": 100}] * 4
     assert imitated_from_failures(digirl)["imitated_from_failures_last_quarter"] is None
+
+
+def test_slips_counts_the_wrong_clicks_a_slip_carried_on_as_the_env_saw_them():
+    # scripted episodes on S3 with many slips and a policy wrong half the time; which click was wrong is taken
+    # from the env's own page as it was clicked, where the analysis rebuilds the page from the task
+    cfg = load_config(BASE, overrides=[*SETTINGS["S3-slips"], "env.synthweb.slip_prob=0.5"])
+    env, rng = SynthWebEnv(cfg.env, env_id="slips"), random.Random(0)
+    trajectories, carried = [], []
+    for task in suite_tasks(cfg.tasks.synthweb, "train")[:200]:
+        obs, steps, count = env.reset(task), [], 0
+        while True:
+            text, _ = scripted_action(env, rng, 0.5, 1.0)
+            right = env._page.kinds[int(text.split("[")[1].rstrip("]"))] == FORWARD
+            page, result = env.position, env.step(text)
+            led_on = env.position > page or result.info.get("outcome") == "success"
+            count += bool(result.info.get("slipped")) and led_on and not right
+            steps.append(Step(obs, text, result.info["action"], result.reward, result.done, 0, None, info=result.info))
+            obs = result.observation
+            if result.done:
+                break
+        trajectories.append(Trajectory(task, steps, result.info["outcome"]))
+        carried.append(count)
+    got = slips(cfg, trajectories)
+    for part, name in ((slice(None, 50), "first"), (slice(-50, None), "last")):
+        won = [(t, c) for t, c in zip(trajectories[part], carried[part]) if t.outcome == "success"]
+        expected = sum(c for _, c in won) / sum(len(t.steps) for t, _ in won)
+        assert got[f"success_steps_carried_by_a_slip_{name}_quarter"] == pytest.approx(expected)
+    assert sum(carried) > 10  # the case is exercised, not vacuously 0
+    assert 0.4 < got["slipped_steps"] < 0.6
+    assert slips(load_config(BASE, overrides=SETTINGS["S3-clean"]), trajectories) == {}

@@ -235,7 +235,8 @@ class SynthWebEnv:
         self.env_id = env_id
         self.space = spaces.get(cfg.action_space)
         self.image_size = (int(self.syn.image_size[0]), int(self.syn.image_size[1]))
-        self.rng = random.Random(f"synthweb-env/{self.syn.seed}/{env_id}")
+        self.rng = random.Random(f"synthweb-env/{self.syn.seed}/{env_id}")  # training episodes' slips and noise
+        self.draws = self.rng
         self.task: Task | None = None
         self.site: Site | None = None
         self.position = 0  # which page of the path
@@ -249,6 +250,7 @@ class SynthWebEnv:
         if task.suite != SUITE:
             raise EnvSetupError(f"env.kind 'synthweb' plays tasks of tasks.suite 'synthweb', not {task.suite!r}")
         self.task, self.site = task, build_site(task.meta)
+        self.draws = self._evaluation_draws(task) if task.split == "eval" else self.rng
         self.position, self.trail, self.steps = 0, (), 0
         self._history.clear()
         self._enter()
@@ -259,7 +261,7 @@ class SynthWebEnv:
             raise RuntimeError("step() before reset()")
         self.steps += 1
         # drawn every step in this order, whatever happens, so that the stream stays aligned
-        slip, slip_to, noise = self.rng.random(), self.rng.random(), self.rng.gauss(0.0, 1.0)
+        slip, slip_to, noise = self.draws.random(), self.draws.random(), self.draws.gauss(0.0, 1.0)
         page = self._page
         action, parse_error = spaces.try_parse(self.space, action_text, len(page.texts))
         info: dict = {"parse_error": parse_error, "action": action.to_dict() if action else None}
@@ -285,6 +287,12 @@ class SynthWebEnv:
         reward = 1.0 if outcome == "success" else 0.0
         info["clean_reward"] = reward
         return StepResult(obs, reward + self.syn.reward_noise * noise, True, info)
+
+    def _evaluation_draws(self, task: Task) -> random.Random:
+        """An evaluation episode's own stream, seeded by its task and its pass over the evaluation tasks: the same
+        weights then evaluate the same whichever runner plays which episode, and evaluations leave the training
+        stream alone."""
+        return random.Random(f"synthweb-eval/{self.syn.seed}/{task.id}/{task.meta.get('eval_pass', 0)}")
 
     def _target(self, action: spaces.WebAction) -> int | None:
         """The element a click or tap hits (a tap on no element hits none)."""

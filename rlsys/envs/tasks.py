@@ -168,7 +168,13 @@ def eval_tasks(cfg: TasksConfig, episodes: int) -> list[Task]:
         names = miniwob_names(cfg.eval or cfg.train)
         return [miniwob_task(names[i % len(names)], EVAL_SEED_BASE + i, "eval") for i in range(episodes)]
     tasks = load_suite(cfg, "eval")
-    return [dataclasses.replace(tasks[i % len(tasks)]) for i in range(episodes)]
+    return [_pass(tasks[i % len(tasks)], i // len(tasks)) for i in range(episodes)]
+
+
+def _pass(task: Task, n: int) -> Task:
+    """A copy of an evaluation task; from the second pass over the tasks on, marked with its pass, so that an env
+    that draws at random plays a repeat with other draws."""
+    return dataclasses.replace(task, meta={**task.meta, "eval_pass": n} if n else task.meta)
 
 
 def eval_groups(tasks: list[Task]) -> list[str]:

@@ -140,6 +140,45 @@ def test_the_same_seed_plays_the_same_episodes():
     assert [t.instruction for t in suite_tasks(MIX, "train")] == [t.instruction for t in suite_tasks(MIX, "train")]
 
 
+def play(env, task: Task, actions_seed: int) -> list:
+    """One episode of clicks drawn from `actions_seed`: what each step did (page, reward, whether it slipped)."""
+    rng, out = random.Random(actions_seed), []
+    obs, done = env.reset(task), False
+    while not done:
+        result = env.step(f"click [{rng.randrange(len(obs.extras['elements']))}]")
+        obs, done = result.observation, result.done
+        out.append((obs.location, result.reward, result.info.get("slipped")))
+    return out
+
+
+def test_an_evaluation_episode_draws_the_same_whichever_env_plays_it():
+    """Slips and reward noise of an evaluation episode come from its task and its pass over the evaluation tasks,
+    not from the env's training stream: a checkpoint evaluates the same whichever runner plays which episode."""
+    cfg = load_config(
+        None,
+        data={
+            "env": {"kind": "synthweb", "max_steps": 12, "synthweb": {"slip_prob": 0.3, "reward_noise": 0.5}},
+            "tasks": {"suite": "synthweb", "synthweb": {"num_tasks": 6, "min_depth": 3, "max_depth": 4}},
+        },
+    )
+    evaluation = eval_tasks(cfg.tasks, 8)  # six tasks, then a second pass over two of them
+    assert [t.meta.get("eval_pass", 0) for t in evaluation] == [0] * 6 + [1] * 2
+    fresh, busy = make_env(cfg.env, "runner-0/env0"), make_env(cfg.env, "runner-1/env3")
+    for task in suite_tasks(cfg.tasks.synthweb, "train"):
+        play(busy, task, 0)  # the other env has trained before it evaluates
+    first = [play(fresh, task, i) for i, task in enumerate(evaluation)]
+    assert first == [play(busy, task, i) for i, task in enumerate(evaluation)]
+    assert any(slipped for episode in first for *_, slipped in episode)
+    assert first[6] != play(fresh, evaluation[0], 6)  # a second pass over a task draws again
+
+    # training episodes keep one stream an env, which evaluations leave alone
+    trained, evaluated = make_env(cfg.env, "runner-2/env0"), make_env(cfg.env, "runner-2/env0")
+    play(evaluated, evaluation[0], 0)
+    task = suite_tasks(cfg.tasks.synthweb, "train")[0]
+    assert [play(trained, task, 1) for _ in range(3)] == [play(evaluated, task, 1) for _ in range(3)]
+    assert play(make_env(cfg.env, "runner-3/env0"), task, 1) != play(make_env(cfg.env, "runner-4/env0"), task, 1)
+
+
 @pytest.mark.parametrize("wrong_link", ["detour", "stay", "end"])
 def test_the_solve_probability_is_what_episodes_show(wrong_link):
     cfg = dataclasses.replace(env_config(wrong_link=wrong_link, slip_prob=0.1), max_steps=8)

@@ -27,6 +27,8 @@ are read from each run's metrics.jsonl and kept per iteration.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
 import os
 import platform
@@ -65,6 +67,18 @@ DIGIRL_SIZES = [  # critics small enough for 2 CPU cores; the published step cou
     "learner.digirl.image_feature_dim=32",
 ]
 RESULTS = Path(__file__).parent / "results"
+
+
+@contextlib.contextmanager
+def results_lock(folder: Path = RESULTS):
+    """Held from reading a results file that runs are added to until it is written back: two benchmarks adding to
+    one file at once would otherwise keep only the additions of the one that wrote last."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # and with it the lock
 
 
 def finished(run_dir: Path, overrides: list[str]) -> bool:

@@ -35,7 +35,7 @@ from pathlib import Path
 import miniwob_demos
 import numpy as np
 import synthweb_dataset
-from digirl_vs_filteredbc import RESULTS, finished, interval, plot, summarize, train
+from digirl_vs_filteredbc import RESULTS, finished, interval, plot, results_lock, summarize, train
 
 from rlsys.data.shards import read_trajectories
 from rlsys.envs.web.miniwob_demos import SUITE
@@ -254,6 +254,39 @@ def reported(path: Path, args, setting: str, start_eval: dict | None) -> tuple[d
     return runs, commands, earlier["start"]
 
 
+def report(args, setting: str, runs: dict, start_eval: dict | None) -> None:
+    """Write the setting's results JSON and plot: these runs, with --add beside those reported before."""
+    name = f"synthweb_bench-{setting}{'-' + args.tag if args.tag else ''}"
+    if args.add:  # the start point stays the one first reported
+        earlier, commands, start_eval = reported(RESULTS / f"{name}.json", args, setting, start_eval)
+    else:
+        earlier, commands = {}, []
+    runs = {a: dict(sorted((earlier.get(a, {}) | runs.get(a, {})).items()))
+            for a in [*earlier, *(a for a in runs if a not in earlier)]}  # fmt: skip
+    runs = {a: by_seed for a, by_seed in runs.items() if by_seed}  # --finished-only: an arm with none left out
+    if not runs:
+        print(f"{setting}: no finished run to report", flush=True)
+        return
+    start_point = (
+        [{"iteration": 0, "env_steps_mean": 0.0} | interval([start_eval["eval/success_rate"]])] if start_eval else []
+    )
+    table = {a: [*start_point, *summarize(by_seed)] for a, by_seed in runs.items()}
+    final = {a: interval([r["final"]["success"] for r in by_seed.values()]) for a, by_seed in runs.items()}
+    for a, by_seed in runs.items():
+        for key in ("wasted_per_solved", "train_wasted_per_solved", "named_link_share"):
+            known = [w for r in by_seed.values() if (w := r["episodes"].get(key)) is not None]
+            final[a][key] = interval(known) if known else None
+        print(f"{setting} {a:>7}: {final[a]['mean']:.3f} [{final[a]['ci95'][0]:.3f}, {final[a]['ci95'][1]:.3f}]")
+    plot(table, RESULTS / f"{name}.png")
+    command = "python benchmarks/synthweb_bench.py " + " ".join(sys.argv[1:])
+    result = {"command": command,
+              "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+              "setting": setting, "overrides": SETTINGS[setting], "settings": vars(args), "at_budget": final,
+              "start": start_eval, "earlier_commands": [c for c in commands if c != command],
+              "table": table, "runs": {a: {str(k): r for k, r in b.items()} for a, b in runs.items()}}  # fmt: skip
+    (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=1))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--settings", nargs="+", choices=sorted(SETTINGS), default=["S1"])
@@ -292,37 +325,8 @@ def main() -> None:
             print(f"{setting} start policy: {start_eval['eval/success_rate']:.3f} greedy success", flush=True)
         runs = {a: {s: r for s in args.seeds if (r := run(args, out, setting, a, s, start)) is not None}
                 for a in args.arms}  # fmt: skip
-        name = f"synthweb_bench-{setting}{'-' + args.tag if args.tag else ''}"
-        if args.add:  # the start point stays the one first reported
-            earlier, commands, start_eval = reported(RESULTS / f"{name}.json", args, setting, start_eval)
-        else:
-            earlier, commands = {}, []
-        runs = {a: dict(sorted((earlier.get(a, {}) | runs.get(a, {})).items()))
-                for a in [*earlier, *(a for a in runs if a not in earlier)]}  # fmt: skip
-        runs = {a: by_seed for a, by_seed in runs.items() if by_seed}  # --finished-only: an arm with none left out
-        if not runs:
-            print(f"{setting}: no finished run to report", flush=True)
-            continue
-        start_point = (
-            [{"iteration": 0, "env_steps_mean": 0.0} | interval([start_eval["eval/success_rate"]])]
-            if start_eval
-            else []
-        )
-        table = {a: [*start_point, *summarize(by_seed)] for a, by_seed in runs.items()}
-        final = {a: interval([r["final"]["success"] for r in by_seed.values()]) for a, by_seed in runs.items()}
-        for a, by_seed in runs.items():
-            for key in ("wasted_per_solved", "train_wasted_per_solved", "named_link_share"):
-                known = [w for r in by_seed.values() if (w := r["episodes"].get(key)) is not None]
-                final[a][key] = interval(known) if known else None
-            print(f"{setting} {a:>7}: {final[a]['mean']:.3f} [{final[a]['ci95'][0]:.3f}, {final[a]['ci95'][1]:.3f}]")
-        plot(table, RESULTS / f"{name}.png")
-        command = "python benchmarks/synthweb_bench.py " + " ".join(sys.argv[1:])
-        result = {"command": command,
-                  "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
-                  "setting": setting, "overrides": SETTINGS[setting], "settings": vars(args), "at_budget": final,
-                  "start": start_eval, "earlier_commands": [c for c in commands if c != command],
-                  "table": table, "runs": {a: {str(k): r for k, r in b.items()} for a, b in runs.items()}}  # fmt: skip
-        (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=1))
+        with results_lock():
+            report(args, setting, runs, start_eval)
 
 
 if __name__ == "__main__":

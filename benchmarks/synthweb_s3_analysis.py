@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 from digirl_vs_filteredbc import RESULTS as BENCH_RESULTS
-from digirl_vs_filteredbc import difference
+from digirl_vs_filteredbc import difference, results_lock
 
 from rlsys.config import load_config
 from rlsys.data.shards import read_trajectories
@@ -181,15 +181,21 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.noise_cost and not args.clean:
         parser.error("--noise-cost needs --clean, the folder of the same setting without noise")
-    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    name = setting_name(args.setting_folder)
-    runs = dict(results.get(name, {})) if args.arms else {}  # with --arms, the other arms' saved summaries stay
+    name, read = setting_name(args.setting_folder), {}
     for folder in sorted(d for d in args.setting_folder.glob("*-seed*") if (d / "benchmark-overrides.json").exists()):
         if args.arms and folder.name.rsplit("-seed", 1)[0] not in args.arms:
             continue
-        runs[folder.name] = summary = run_summary(folder)
+        read[folder.name] = summary = run_summary(folder)
         print(folder.name, json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in summary.items()}))
-    results[name] = dict(sorted(runs.items()))
+    with results_lock(RESULTS.parent):
+        save(args, name, read)
+
+
+def save(args, name: str, read: dict) -> None:
+    """Merge the runs just read into the saved results and write them back with what is computed from them."""
+    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    runs = dict(results.get(name, {})) if args.arms else {}  # with --arms, the other arms' saved summaries stay
+    results[name] = runs = dict(sorted((runs | read).items()))
     if args.difference:
         results[f"{name}: {' - '.join(args.difference)}"] = found = differences(name, runs, *args.difference)
         print(json.dumps(found, indent=1))

@@ -4,8 +4,10 @@ at random (S3-slips)."""
 
 import argparse
 import json
+import multiprocessing as mp
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -49,3 +51,35 @@ def test_a_start_trained_otherwise_is_refused_by_name(earlier, key, change):
 def test_no_earlier_results_leaves_the_start_as_evaluated(tmp_path):
     start = {"eval/success_rate": 0.5, "learner/samples": 10, "actor/loss": 1.0}
     assert reported(tmp_path / "none.json", argparse.Namespace(), "S3-slips", start) == ({}, [], start)
+
+
+class SlowPath(type(Path())):
+    """A results file on a slow disk: its read returns late, so that two writers' read-modify-writes overlap."""
+
+    def read_text(self, *args, **kwargs) -> str:
+        text = super().read_text(*args, **kwargs)
+        time.sleep(0.5)
+        return text
+
+
+def add_arm(results: str, arm: str) -> None:
+    import synthweb_s3_analysis
+
+    synthweb_s3_analysis.RESULTS = SlowPath(results)
+    args = argparse.Namespace(arms=[arm], difference=None, noise_cost=None)
+    with synthweb_s3_analysis.results_lock(synthweb_s3_analysis.RESULTS.parent):
+        synthweb_s3_analysis.save(args, "S3-both-read", {f"{arm}-seed0": {"trajectories": 1}})
+
+
+def test_two_analyses_adding_to_one_results_file_at_once_keep_both_additions(tmp_path):
+    """The S3 analysis and the bench's --add read a results file, merge runs in, and write it back; two at once
+    kept only the last writer's additions until both took the results folder's lock."""
+    results = tmp_path / "synthweb_s3_analysis.json"
+    results.write_text(json.dumps({"S3-both-read": {"FBC-q-seed0": {"trajectories": 2}}}))
+    writers = [mp.get_context("spawn").Process(target=add_arm, args=(str(results), arm)) for arm in ("D", "D-lam1")]
+    for w in writers:
+        w.start()
+    for w in writers:
+        w.join(60)
+        assert w.exitcode == 0
+    assert sorted(json.loads(results.read_text())["S3-both-read"]) == ["D-lam1-seed0", "D-seed0", "FBC-q-seed0"]

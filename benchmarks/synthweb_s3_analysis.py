@@ -187,22 +187,23 @@ def main(argv: list[str] | None = None) -> None:
             continue
         read[folder.name] = summary = run_summary(folder)
         print(folder.name, json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in summary.items()}))
-    with results_lock(RESULTS.parent):
-        save(args, name, read)
+    save(args, name, read)
 
 
 def save(args, name: str, read: dict) -> None:
-    """Merge the runs just read into the saved results and write them back with what is computed from them."""
-    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    runs = dict(results.get(name, {})) if args.arms else {}  # with --arms, the other arms' saved summaries stay
-    results[name] = runs = dict(sorted((runs | read).items()))
-    if args.difference:
-        results[f"{name}: {' - '.join(args.difference)}"] = found = differences(name, runs, *args.difference)
-        print(json.dumps(found, indent=1))
-    for arm in args.noise_cost or []:
-        results[f"{name}: {arm} - {arm} on {setting_name(args.clean)}"] = found = noise_cost(name, args.clean, arm)
-        print(arm, json.dumps(found, indent=1))
-    RESULTS.write_text(json.dumps(results, indent=1) + "\n")
+    """Merge the runs just read into the saved results and write them back with what is computed from them,
+    holding the results folder's lock from the read to the write (another analysis may be adding to the file)."""
+    with results_lock(RESULTS.parent):
+        results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+        runs = dict(results.get(name, {})) if args.arms else {}  # with --arms, the other arms' saved summaries stay
+        results[name] = runs = dict(sorted((runs | read).items()))
+        if args.difference:
+            results[f"{name}: {' - '.join(args.difference)}"] = found = differences(name, runs, *args.difference)
+            print(json.dumps(found, indent=1))
+        for arm in args.noise_cost or []:
+            results[f"{name}: {arm} - {arm} on {setting_name(args.clean)}"] = found = noise_cost(name, args.clean, arm)
+            print(arm, json.dumps(found, indent=1))
+        RESULTS.write_text(json.dumps(results, indent=1) + "\n")
 
 
 def differences(name: str, runs: dict, a: str, b: str) -> dict:

@@ -1,6 +1,7 @@
 """`synthweb_bench.py --add`: seeds run later join the reported ones only when they start from the same start
-policy, judged by how the start was trained, since an evaluation of the same weights varies where the env draws
-at random (S3-slips)."""
+policy, judged by how the start was trained, since an evaluation of the same weights varied with the runners'
+schedule where the env draws at random (S3-slips, before evaluation episodes drew their own streams); and two
+scripts adding to one results file at once keep both additions."""
 
 import argparse
 import json

@@ -124,31 +124,25 @@ def test_clicks_slip_at_the_configured_rate():
     assert 0.27 < slips / 2000 < 0.33  # binomial sd 0.01
 
 
-def test_the_same_seed_plays_the_same_episodes():
-    def episode(seed: int) -> list:
-        env = make_env(env_config(slip_prob=0.2, reward_noise=0.5, seed=seed), "replay")
-        rng, out = random.Random(1), []
-        for task in suite_tasks(MIX, "train")[:20]:
-            obs, done = env.reset(task), False
-            while not done:
-                result = env.step(f"click [{rng.randrange(len(obs.extras['elements']))}]")
-                obs, done = result.observation, result.done
-                out.append((obs.location, obs.screenshot_png, result.reward, result.info.get("slipped")))
-        return out
-
-    assert episode(0) == episode(0) and episode(0) != episode(1)
-    assert [t.instruction for t in suite_tasks(MIX, "train")] == [t.instruction for t in suite_tasks(MIX, "train")]
-
-
 def play(env, task: Task, actions_seed: int) -> list:
-    """One episode of clicks drawn from `actions_seed`: what each step did (page, reward, whether it slipped)."""
+    """One episode of clicks drawn from `actions_seed`: what each step did (page and its screenshot, reward,
+    whether it slipped)."""
     rng, out = random.Random(actions_seed), []
     obs, done = env.reset(task), False
     while not done:
         result = env.step(f"click [{rng.randrange(len(obs.extras['elements']))}]")
         obs, done = result.observation, result.done
-        out.append((obs.location, result.reward, result.info.get("slipped")))
+        out.append((obs.location, obs.screenshot_png, result.reward, result.info.get("slipped")))
     return out
+
+
+def test_the_same_seed_plays_the_same_episodes():
+    def episode(seed: int) -> list:
+        env = make_env(env_config(slip_prob=0.2, reward_noise=0.5, seed=seed), "replay")
+        return [step for i, task in enumerate(suite_tasks(MIX, "train")[:20]) for step in play(env, task, i)]
+
+    assert episode(0) == episode(0) and episode(0) != episode(1)
+    assert [t.instruction for t in suite_tasks(MIX, "train")] == [t.instruction for t in suite_tasks(MIX, "train")]
 
 
 def test_an_evaluation_episode_draws_the_same_whichever_env_plays_it():

@@ -1,7 +1,8 @@
 """Every algorithm on the synthetic suite's settings, and on a MiniWoB++ suite played the same way, at equal env
 steps, over seeds: the runs that test the predictions written before them in docs/algorithms/predictions.md
 (settings S1-S4, S4-read and MW, arms FBC-s, FBC-q, D, D-c, D-lam1, the sanity arm S, GRPO (G), GRPO with
-step-level groups (G-step), Dr. GRPO (G-dr) and GRPO with the replay of successes (G-rep)). This script is the
+step-level groups (G-step), Dr. GRPO (G-dr), GRPO with the replay of successes (G-rep) and, offline from a start,
+Digi-Q (DQ), whose dataset it prepares through `rlsys-digiq`). This script is the
 protocol; it changes no setting or arm after seeing results (a new setting is added under a new name, as the
 predictions page says).
 
@@ -37,8 +38,10 @@ import numpy as np
 import synthweb_dataset
 from digirl_vs_filteredbc import RESULTS, finished, interval, plot, results_lock, summarize, train
 
+from rlsys.cli.digiq import main as digiq_cli
 from rlsys.data.shards import read_trajectories
 from rlsys.envs.web.miniwob_demos import SUITE
+from rlsys.learners.digiq.representations import model_id
 
 BASE = str(Path(__file__).with_name("synthweb_bench.yaml"))  # the suite, held-out evaluation, element actions
 # the multi-step MiniWoB++ tasks with scripted demonstrations but enter-text-2, which asks for a word in another case
@@ -91,6 +94,11 @@ ARMS = {
              "learner.grpo.scale_by_std=false"],  # Dr. GRPO's advantages, R - mean (predictions.md)
     "G-rep": ["learner.algorithm=grpo", "run.group_size=4", "learner.sample_trajectories=32", "learner.grpo.epochs=2",
               "learner.grpo.success_replay=true"],  # ARPO's replay of successes, for suites whose tasks recur (MW)
+    # Digi-Q (predictions.md, "Digi-Q on S4-read"), offline from a start: its published keys but the critics' sizes
+    # and learning rate of DigiRL's here, and z(s, a) the start policy's element vector (no VLM runs on a CPU)
+    "DQ": ["learner.algorithm=digiq", "learner.digiq.critic_lr=1e-4", "learner.digiq.text_hidden=32",
+           "learner.digiq.image_feature_dim=32", "learner.digiq.critic_steps=20", "learner.digiq.actor_steps=20",
+           "learner.digiq.representation.method=pointer_hidden"],
 }  # fmt: skip
 DIGIRL_SIZES = ["learner.digirl.text_hidden=32", "learner.digirl.image_feature_dim=32"]
 # filtered BC takes as many actor steps an iteration as DigiRL's actor (learner.digirl.actor_steps)
@@ -124,6 +132,32 @@ def shared_start(args, out: Path, setting: str) -> tuple[str, dict]:
     return str(sorted((run_dir / "checkpoints").iterdir())[-1] / "policy"), evaluations[-1]
 
 
+def out_dir(args) -> Path:
+    return Path(f"runs/bench-synthweb{'-' + args.tag if args.tag else ''}")
+
+
+def digiq_data(args, setting: str) -> Path:
+    return out_dir(args) / setting / "digiq-data"
+
+
+def prepare_digiq_data(args, setting: str, start: str) -> None:
+    """The dataset with Digi-Q's candidates (16 a step, sampled from the start at temperature 1.2) and their
+    representations by the start policy (`pointer_hidden`), made once per setting and start."""
+    ready = digiq_data(args, setting)
+    if (ready / "digiq.json").exists() and json.loads((ready / "digiq.json").read_text())["model"] == model_id(start):
+        return
+    shutil.rmtree(ready, ignore_errors=True)
+    candidates = ready.with_name("digiq-candidates")
+    shutil.rmtree(candidates, ignore_errors=True)
+    keys = [*SETTINGS[setting], f"policy.kind={args.policy}", f"policy.path={start}", "run.seed=1000", *ARMS["DQ"],
+            f"learner.digiq.representation.model={start}", "learner.digiq.representation.batch_size=1024",
+            "run.training=offline", f"offline.data=[{args.dataset}]"]  # what a Digi-Q config must hold  # fmt: skip
+    for command, data, out in (("candidates", args.dataset, candidates), ("represent", candidates, ready)):
+        if digiq_cli([command, "--config", BASE, "--data", str(data), "--out", str(out), *keys]) != 0:
+            sys.exit(f"rlsys-digiq {command} failed for {setting}")
+    shutil.rmtree(candidates)
+
+
 def overrides(args, setting: str, arm: str, seed: int, start: str | None = None) -> list[str]:
     base = [*SETTINGS[setting], f"policy.kind={args.policy}", f"run.seed={seed}",
             f"run.rollout_size={args.rollout_size}", f"run.eval_episodes={args.eval_episodes}",
@@ -134,10 +168,21 @@ def overrides(args, setting: str, arm: str, seed: int, start: str | None = None)
     if setting in OFFLINE:
         if not args.dataset:
             sys.exit(f"{setting} trains offline: give --dataset (benchmarks/synthweb_dataset.py writes one)")
-        n = args.offline_iterations  # of each DigiRL stage, or of filtered BC's actor: the same actor steps
-        length = [f"learner.digirl.offline_{part}_iterations={n}" for part in ("instruction_critic", "step_critic",
-                  "actor")] if "digirl" in ARMS[arm][0] else [f"learner.offline_iterations={n}"]  # fmt: skip
-        return base + ["run.training=offline", f"offline.data=[{args.dataset}]", "replay.capacity=4000", *length,
+        n = args.offline_iterations  # of each DigiRL or Digi-Q stage, or of filtered BC's actor: the same actor steps
+        algorithm = ARMS[arm][0]
+        data = args.dataset
+        if "digirl" in algorithm:
+            length = [f"learner.digirl.offline_{part}_iterations={n}" for part in ("instruction_critic", "step_critic",
+                      "actor")]  # fmt: skip
+        elif "digiq" in algorithm:
+            if not start:
+                sys.exit(f"{arm} on {setting}: Digi-Q's representations come from the start policy, which it has not")
+            length = [f"learner.digiq.critic_iterations={n}", f"learner.digiq.actor_iterations={n}",
+                      f"learner.digiq.representation.model={start}"]  # fmt: skip
+            data = digiq_data(args, setting)
+        else:
+            length = [f"learner.offline_iterations={n}"]
+        return base + ["run.training=offline", f"offline.data=[{data}]", "replay.capacity=4000", *length,
                        f"run.eval_every={max(n // 5, 1)}", *start_keys]  # fmt: skip
     return base + ["run.iterations=100000", f"run.max_env_steps={args.env_steps}", f"run.eval_every={args.eval_every}",
                    *start_keys]  # fmt: skip
@@ -317,12 +362,14 @@ def main() -> None:
         "run given here replaces the reported run of its arm and seed)",
     )
     args = p.parse_args()
-    out = Path(f"runs/bench-synthweb{'-' + args.tag if args.tag else ''}")
+    out = out_dir(args)
     for setting in args.settings:
         from_scratch = setting in OFFLINE and setting not in START_DATA
         start, start_eval = (None, None) if from_scratch else shared_start(args, out, setting)
         if start_eval:
             print(f"{setting} start policy: {start_eval['eval/success_rate']:.3f} greedy success", flush=True)
+        if "DQ" in args.arms and start and not args.finished_only:
+            prepare_digiq_data(args, setting, start)
         runs = {a: {s: r for s in args.seeds if (r := run(args, out, setting, a, s, start)) is not None}
                 for a in args.arms}  # fmt: skip
         with results_lock():

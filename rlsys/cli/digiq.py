@@ -108,14 +108,14 @@ def candidates(args: argparse.Namespace) -> dict:
 
 
 def represent(args: argparse.Namespace) -> dict:
-    from rlsys.learners.digiq.representations import RepresentationProvider, annotate
+    from rlsys.learners.digiq.representations import annotate, representation_provider
     from rlsys.policies.devices import pick_device
 
     cfg = load_config(args.config, args.overrides)
     r = cfg.learner.digiq.representation
     if not r.model or not Path(r.model).is_dir():
         raise DataError(f"learner.digiq.representation.model: {r.model!r} is not a model folder")
-    provider = RepresentationProvider(
+    provider = representation_provider(
         r.model, r.method, pick_device(cfg.learner.device), r.batch_size, r.max_new_tokens, cfg.policy.dtype
     )
     summary: Counter = Counter()

@@ -44,7 +44,8 @@ class DigiQRepresentationConfig:
     """Where z(s, a) comes from (`rlsys-digiq represent`) and what the critic accepts."""
 
     model: str | None = None  # the (fine-tuned) VLM folder, or the model id the extraction printed
-    method: Literal["answer_state", "generated_mean"] = "answer_state"
+    # pointer_hidden: a pointing policy's element vector, a CPU stand-in for a VLM (docs/algorithms/digiq.md)
+    method: Literal["answer_state", "generated_mean", "pointer_hidden"] = "answer_state"
     batch_size: int = 8
     max_new_tokens: int = 8  # generated_mean: tokens generated per pair
 

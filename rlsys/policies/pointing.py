@@ -257,7 +257,12 @@ class PointingPolicy(ModulePolicy):
     @torch.no_grad()
     def act(self, observations: Sequence[Observation], greedy: bool = False) -> list[ActionSample]:
         self.model.eval()
-        return [ActionSample(*d.sample(greedy), self.version) for d in self._decisions(observations)]
+        # an observation given more than once (Digi-Q's candidates: K draws a state) is scored once
+        decisions: dict[int, PointingDecision] = {}
+        for o in observations:
+            if id(o) not in decisions:
+                decisions[id(o)] = self.Decision(self.model, o, self.cfg.temperature)
+        return [ActionSample(*decisions[id(o)].sample(greedy), self.version) for o in observations]
 
     def token_logprobs(
         self, observations: Sequence[Observation], actions: Sequence[str]

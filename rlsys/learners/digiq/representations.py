@@ -10,6 +10,8 @@ against its config, so representations of two models, or two methods, are never 
 Methods:
   answer_state    the hidden state at the last prompt position, whose logits give the yes/no answer
   generated_mean  the mean hidden state over the tokens the model answers with (greedy, up to EOS)
+  pointer_hidden  not a VLM: a pointing policy's hidden vector of the element the action names (a stand-in that
+                  runs on CPU, for the synthweb bench; `PointerRepresentations`)
 """
 
 from __future__ import annotations
@@ -29,15 +31,18 @@ from rlsys.config.hub_id import is_hub_id
 from rlsys.core.types import Observation, Trajectory
 from rlsys.learners.digiq.screen_change import CHANGE_PROMPT
 from rlsys.policies.hub import model_folder
+from rlsys.policies.pointing import parse_action
 
-METHODS = ("answer_state", "generated_mean")
+METHODS = ("answer_state", "generated_mean")  # of a VLM
+POINTER_METHOD = "pointer_hidden"
+POINTER_KINDS = ("learned_pointer", "element_pointer")
 Z_KEY = "digiq_z"
 MODEL_KEY = "learner.digiq.representation.model"
 METHOD_KEY = "learner.digiq.representation.method"
 RERUN = "re-run `rlsys-digiq represent` with the configured model and method"
 
 # what identifies a model: its configs, tokenizer and chat template, and weights
-_ID_SUFFIXES = (".json", ".jinja", ".safetensors", ".bin", ".model", ".tiktoken")
+_ID_SUFFIXES = (".json", ".jinja", ".safetensors", ".bin", ".pt", ".model", ".tiktoken")
 _ID_NAMES = ("merges.txt", "vocab.txt")
 _CHUNK = 1 << 20
 
@@ -189,12 +194,69 @@ class RepresentationProvider:
         return (hidden * mask.unsqueeze(-1)).sum(1) / lengths.unsqueeze(-1)
 
 
+class PointerRepresentations:
+    """z(s, a) from a pointing policy's folder (`learned_pointer`, `element_pointer`): the hidden vector by which
+    it scores the element the action names (zeros for an action naming no element it can act on). Not Digi-Q's
+    representation, which a VLM fine-tuned on screen changes gives: a stand-in for benches on machines where no
+    such VLM runs, which reads a screen only as far as the policy learnt to."""
+
+    method = POINTER_METHOD
+
+    def __init__(self, path: str | os.PathLike, device: str = "cpu", batch_size: int = 256):
+        from rlsys.policies import policy_class
+
+        folder = model_folder(path, MODEL_KEY)
+        kinds = [k for k in POINTER_KINDS if (folder / policy_class(k).CONFIG_NAME).is_file()]
+        if not kinds:
+            raise ValueError(
+                f"{MODEL_KEY}: {path} is not a pointing policy's folder, which {METHOD_KEY} = {POINTER_METHOD!r} reads"
+            )
+        self.policy = policy_class(kinds[0]).from_pretrained(folder, PolicyConfig(kind=kinds[0]), device)
+        self.policy.model.eval()
+        self.batch_size = max(1, batch_size)
+        self.id = model_id(folder)
+        self.dim = int(self.policy.model.hidden)
+
+    @property
+    def record(self) -> dict:
+        return {"model": self.id, "method": self.method, "dim": self.dim}
+
+    @torch.no_grad()
+    def __call__(self, observations: Sequence[Observation], actions: Sequence[str]) -> np.ndarray:
+        if len(observations) != len(actions):
+            raise ValueError(f"{len(observations)} observations but {len(actions)} actions")
+        z = np.zeros((len(actions), self.dim), dtype=np.float32)
+        decisions: dict[int, object] = {}  # one per observation: a step's candidates share its screen
+        for row, (obs, action) in enumerate(zip(observations, actions)):
+            if id(obs) not in decisions:
+                decisions[id(obs)] = self.policy.Decision(self.policy.model, obs, 1.0)
+            decision, parsed = decisions[id(obs)], parse_action(action)
+            found = [k for k, e in enumerate(decision.elements) if parsed and e.index == parsed[1]]
+            if found:
+                z[row] = decision.hidden[found[0]].float().cpu().numpy()
+        return z
+
+
+def representation_provider(
+    path: str | os.PathLike,
+    method: str,
+    device: str = "cpu",
+    batch_size: int = 8,
+    max_new_tokens: int = 8,
+    dtype: str = "auto",
+):
+    """The provider `learner.digiq.representation` names: a VLM's, or a pointing policy's for `pointer_hidden`."""
+    if method == POINTER_METHOD:
+        return PointerRepresentations(path, device, batch_size)
+    return RepresentationProvider(path, method, device, batch_size, max_new_tokens, dtype)
+
+
 def step_candidates(step) -> list[str]:
     """The candidate actions of a step: Digi-Q's proposals when it has them, else the action taken."""
     return list(step.info.get("digiq", {}).get("candidates") or [step.action_text])
 
 
-def annotate(trajectories: Sequence[Trajectory], provider: RepresentationProvider, progress: bool = True) -> dict:
+def annotate(trajectories: Sequence[Trajectory], provider, progress: bool = True) -> dict:
     """z for every (step, candidate) pair, in batches across steps: `features[Z_KEY]` (float16
     [K, dim]) on each step's observation and the provider's record in `step.info["digiq"]`."""
     from tqdm import tqdm

@@ -7,7 +7,9 @@
   (in-sample: at most 15 x 11 cells, twice that with the detour flag, over ~50k states);
 - per S4 run folder (the bench's, its clean-data controls', S4-long's and S4-read's with its start): the
   first-click share at every evaluation, split at the first and last by whether the page shows such a
-  look-alike, the actor's first and last loss, and what DigiRL's curriculum kept at its last actor iteration.
+  look-alike, the actor's first and last loss, and what DigiRL's curriculum kept at its last actor iteration;
+- what an in-sample critic of the dataset's discounted returns makes of the named link, a wrong one and `Back`
+  (Digi-Q's advantage at its gamma, against its threshold), and a Digi-Q run's critic loss and Best-of-N's choices.
 
     python benchmarks/synthweb_s4_analysis.py --dataset runs/synthweb-s4-data
 """
@@ -100,6 +102,38 @@ def dataset_values(folder: Path, max_steps: int) -> dict:
             "log_loss_all_three": table_loss(lambda d, left, steps: (d, *progress(left, steps)))}  # fmt: skip
 
 
+def dataset_advantages(folder: Path, gamma: float, threshold: float) -> dict:
+    """What an in-sample critic of the dataset's discounted returns (Digi-Q's, at its gamma) makes of each kind of
+    action: by pages left on a path page, the mean return after the named link and after a wrong one less the
+    mean over both (the page's value under the data policy); on a detour page, `Back` against going deeper. And
+    the share of path steps where the named link's advantage so computed exceeds Digi-Q's threshold."""
+    returns = defaultdict(lambda: defaultdict(list))  # where -> kind -> discounted returns
+    for shard in sorted(folder.glob("shard-*.parquet")):
+        for t in read_trajectories(shard):
+            if t.task.meta.get("impossible"):
+                continue
+            before, depth, reward = {"page": 0, "detours": 0}, int(t.task.meta["depth"]), float(t.outcome == "success")
+            for i, step in enumerate(t.steps):
+                after = step.info["synthweb"]
+                g = reward * gamma ** (len(t.steps) - i - 1)
+                if before["detours"]:
+                    returns["detour"]["back" if after["detours"] < before["detours"] else "deeper"].append(g)
+                else:
+                    on = step.info.get("outcome") == "success" or after["page"] > before["page"]
+                    returns[depth - before["page"]]["named" if on else "wrong"].append(g)
+                before = after
+
+    def advantages(kinds: dict) -> dict:
+        value = sum(map(sum, kinds.values())) / sum(map(len, kinds.values()))
+        return {"steps": sum(map(len, kinds.values()))} | {f"a_{k}": sum(g) / len(g) - value for k, g in kinds.items()}
+
+    path = {left: advantages(returns[left]) for left in sorted(k for k in returns if k != "detour")}
+    above = sum(a["steps"] for a in path.values() if a["a_named"] > threshold)
+    return {"gamma": gamma, "threshold": threshold, "path_by_pages_left": path,
+            "detour": advantages(returns["detour"]),
+            "path_steps_named_above_threshold": above / sum(a["steps"] for a in path.values())}  # fmt: skip
+
+
 def run_summary(run_dir: Path) -> dict:
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line]
     losses = [r["actor/loss"] for r in records if "actor/loss" in r]
@@ -112,7 +146,22 @@ def run_summary(run_dir: Path) -> dict:
         "actor_loss_first_last": [losses[0], losses[-1]] if losses else None,
         **({"curriculum_trajectories": actor[-1].get("digirl/curriculum_trajectories"),
             "actor_transitions": actor[-1].get("digirl/actor_transitions")} if actor else {}),
+        **digiq_summary(records),
     }  # fmt: skip
+
+
+def digiq_summary(records: list[dict]) -> dict:
+    """A Digi-Q run's critic (validation loss, first and last) and what Best-of-N kept at its last actor iteration."""
+    critic = [r["critic/validation_loss"] for r in records if r.get("digiq/stage") == "critic" and
+              "critic/validation_loss" in r]  # fmt: skip
+    actor = [r for r in records if r.get("digiq/stage") == "actor"]
+    if not actor:
+        return {}
+    last = actor[-1]
+    return {"critic_validation_loss_first_last": [critic[0], critic[-1]] if critic else None,
+            "promising_share": last["digiq/promising_states"] / last["digiq/actor_states"],
+            **{k.removeprefix("digiq/"): last.get(k) for k in ("digiq/kept_fraction", "digiq/best_is_dataset_action",
+                                                                "digiq/best_advantage")}}  # fmt: skip
 
 
 def main() -> None:
@@ -120,14 +169,18 @@ def main() -> None:
     parser.add_argument("--dataset", type=Path, required=True, help="S4's dataset (benchmarks/synthweb_dataset.py)")
     parser.add_argument("--runs", type=Path, default=Path("runs"), help="where the bench's run folders are")
     args = parser.parse_args()
-    max_steps = load_config(BASE, overrides=SETTINGS["S4"]).env.max_steps
+    cfg = load_config(BASE, overrides=SETTINGS["S4"])
+    max_steps, digiq = cfg.env.max_steps, cfg.learner.digiq
     result = {
         "command": "python benchmarks/synthweb_s4_analysis.py --dataset " + str(args.dataset),
         "bag_of_words_ties": {s: bag_of_words_ties(s) for s in ("S1", "S2", "S4")},
         "dataset": dataset_values(args.dataset, max_steps),
-        "runs": {str(d.relative_to(args.runs)): run_summary(d)
-                 for d in sorted(args.runs.glob("bench-synthweb*/S4*/*")) if (d / "metrics.jsonl").exists()},
+        "dataset_advantages": dataset_advantages(args.dataset, digiq.gamma, digiq.advantage_threshold),
+        # runs whose folders are not here stay as summarised before
+        "runs": json.loads(RESULTS.read_text())["runs"] if RESULTS.exists() else {},
     }  # fmt: skip
+    here = [d for d in sorted(args.runs.glob("bench-synthweb*/S4*/*")) if (d / "metrics.jsonl").exists()]
+    result["runs"] |= {str(d.relative_to(args.runs)): run_summary(d) for d in here}
     RESULTS.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k != "runs"}, indent=1))
 

@@ -23,11 +23,14 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
+import numpy as np
 from synthweb_bench import BASE, SETTINGS, first_clicks, named_link_share
 
 from rlsys.config import load_config
 from rlsys.data.shards import read_trajectories
 from rlsys.envs.synthweb import build_site, suite_tasks
+from rlsys.learners.selection import is_validation
+from rlsys.policies.pointing import elements_of, parse_action
 
 RESULTS = Path(__file__).parent / "results" / "synthweb_s4_analysis.json"
 
@@ -148,6 +151,44 @@ def run_summary(run_dir: Path) -> dict:
             "actor_transitions": actor[-1].get("digirl/actor_transitions")} if actor else {}),
         **digiq_summary(records),
     }  # fmt: skip
+
+
+def critic_scores(scored: Path, gamma: float, threshold: float, validation_fraction: float) -> dict:
+    """What a Digi-Q run's finished critic (its `scored/` shards: Q, V and A = Q - V of every candidate of every
+    step) makes of the named link against a wrong one on pages of the path, and of `Back` on detour pages; how
+    often a step's best advantage clears 0, half the threshold and the threshold; and how much of the variance of
+    the discounted return its Q of the dataset's action explains on the held-out trajectories (R^2; 0 is a
+    constant's)."""
+    a = defaultdict(list)  # kind of candidate -> advantages
+    best_named, named_share, above, q_vs_return = [], [], defaultdict(list), []
+    for t in read_trajectories(scored):
+        site, reward = build_site(t.task.meta), float(t.outcome == "success")
+        held_out = is_validation(t, validation_fraction)
+        before = {"page": 0, "detours": 0}
+        for i, step in enumerate(t.steps):
+            d, texts = step.info["digiq"], {e.index: e.text for e in elements_of(step.observation)}
+            targets = [texts.get(p[1]) if (p := parse_action(c)) else None for c in d["candidates"]]
+            if held_out:
+                q_vs_return.append((d["q"][0], reward * gamma ** (len(t.steps) - i - 1)))
+            for level in (0.0, threshold / 2, threshold):
+                above[level].append(max(d["advantage"]) > level)
+            if before["detours"]:
+                for target, adv in zip(targets, d["advantage"]):
+                    a["back" if target == "Back" else "deeper"].append(adv)
+            elif not t.task.meta.get("impossible"):
+                named = site.links[before["page"]][site.right[before["page"]]]
+                kinds = ["named" if target == named else "wrong" for target in targets]
+                for kind, adv in zip(kinds, d["advantage"]):
+                    a[kind].append(adv)
+                if "named" in kinds:
+                    best_named.append(kinds[d["best"]] == "named")
+                    named_share.append(kinds.count("named") / len(kinds))  # a best chosen at random: named this often
+            before = step.info["synthweb"]
+    q, g = np.array(q_vs_return).T
+    return {"mean_advantage": {k: float(np.mean(v)) for k, v in a.items()},
+            "best_is_named_link": float(np.mean(best_named)), "named_share_of_candidates": float(np.mean(named_share)),
+            "steps_best_advantage_above": {str(level): float(np.mean(v)) for level, v in above.items()},
+            "held_out_r2_of_q": float(1 - np.mean((q - g) ** 2) / np.var(g))}  # fmt: skip
 
 
 def digiq_summary(records: list[dict]) -> dict:

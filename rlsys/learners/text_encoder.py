@@ -48,6 +48,8 @@ class TextEncoder(nn.Module):
         batch = self.tokenizer(
             list(texts), padding=True, truncation=True, max_length=self.max_tokens, return_tensors="pt"
         ).to(device)
+        if batch.input_ids.shape[1] == 0:  # only empty texts, which the byte tokenizer gives no token
+            return torch.zeros(len(texts), self.hidden_size, device=device)
         out = self.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
         if getattr(out, "pooler_output", None) is not None:
             return out.pooler_output

@@ -292,3 +292,15 @@ def test_ranking_auc_counts_ordered_pairs_and_ties_half():
     assert ranking_auc([0.9, 0.4, 0.4, 0.1], [1, 1, 0, 0]) == pytest.approx(3.5 / 4)
     assert ranking_auc([0.2, 0.8], [1, 0]) == 0.0
     assert ranking_auc([0.2, 0.8], [1, 1]) is None
+
+
+def test_a_batch_of_empty_texts_encodes_as_zeros_as_an_empty_text_among_others():
+    """A critic encodes each distinct text once, so a batch can hold only the empty previous action of first steps,
+    which the byte tokenizer gives no token: that crashed a Digi-Q run ("cannot reshape tensor of 0 elements")."""
+    from rlsys.learners.text_encoder import TextEncoder
+
+    encoder = TextEncoder(None, hidden=16, max_tokens=32)
+    alone = encoder(["", ""])
+    among_others = encoder(["", "click [2]"])
+    assert alone.shape == (2, 16) and not alone.any()
+    assert torch.equal(alone[0], among_others[0]) and among_others[1].abs().sum() > 0

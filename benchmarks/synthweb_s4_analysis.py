@@ -150,20 +150,24 @@ def run_summary(run_dir: Path) -> dict:
         **({"curriculum_trajectories": actor[-1].get("digirl/curriculum_trajectories"),
             "actor_transitions": actor[-1].get("digirl/actor_transitions")} if actor else {}),
         **digiq_summary(records),
+        **({"critic_scores": critic_scores(run_dir / "scored", run_dir / "config.yaml")}
+           if (run_dir / "scored").is_dir() else {}),
     }  # fmt: skip
 
 
-def critic_scores(scored: Path, gamma: float, threshold: float, validation_fraction: float) -> dict:
+def critic_scores(scored: Path, config: Path) -> dict:
     """What a Digi-Q run's finished critic (its `scored/` shards: Q, V and A = Q - V of every candidate of every
     step) makes of the named link against a wrong one on pages of the path, and of `Back` on detour pages; how
     often a step's best advantage clears 0, half the threshold and the threshold; and how much of the variance of
     the discounted return its Q of the dataset's action explains on the held-out trajectories (R^2; 0 is a
     constant's)."""
+    digiq = load_config(str(config)).learner.digiq
+    gamma, threshold = digiq.gamma, digiq.advantage_threshold
     a = defaultdict(list)  # kind of candidate -> advantages
     best_named, named_share, above, q_vs_return = [], [], defaultdict(list), []
     for t in read_trajectories(scored):
         site, reward = build_site(t.task.meta), float(t.outcome == "success")
-        held_out = is_validation(t, validation_fraction)
+        held_out = is_validation(t, digiq.validation_fraction)
         before = {"page": 0, "detours": 0}
         for i, step in enumerate(t.steps):
             d, texts = step.info["digiq"], {e.index: e.text for e in elements_of(step.observation)}

@@ -25,6 +25,7 @@ from rlsys.learners.digiq.representations import (
 )
 from rlsys.policies import build_policy
 from rlsys.policies.learned_pointer import Decision
+from rlsys.policies.pointing import elements_of
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
@@ -120,3 +121,42 @@ def test_digiq_runs_name_their_start_and_data_and_need_a_start(tmp_path):
             "learner.digiq.actor_iterations=30", "policy.path=runs/start/policy"} <= set(keys)  # fmt: skip
     with pytest.raises(SystemExit, match="start policy"):
         synthweb_bench.overrides(args, "S4", "DQ", 0, start=None)
+
+
+def test_the_s4_analysis_reads_a_critic_that_knows_the_named_link_and_the_returns(episodes, tmp_path):
+    """`critic_scores` on real scripted episodes scored by a made-up critic whose Q of the dataset's action is the
+    discounted return and whose advantage is +0.2 for the named link, 0 for Back on a detour page and -0.2 for
+    anything else."""
+    import synthweb_s4_analysis
+
+    from rlsys.data.shards import ShardWriter
+    from rlsys.envs.synthweb import build_site
+
+    config = tmp_path / "config.yaml"
+    config.write_text("learner: {digiq: {validation_fraction: 0.5}}\n")  # gamma 0.95 and threshold 0.10
+    scored, with_named = [], []
+    for t in read_trajectories(episodes):
+        site, before = build_site(t.task.meta), {"page": 0, "detours": 0}
+        for i, step in enumerate(t.steps):
+            right = None if before["detours"] else site.right[before["page"]]
+            named = None if right is None else site.links[before["page"]][right]
+            texts = {f"click [{e.index}]": e.text for e in elements_of(step.observation)}
+            candidates = [step.action_text, *texts]
+            # Back is right on a detour page only: on a page of the path it is one more wrong link
+            advantage = [0.2 if texts[c] == named else 0.0 if texts[c] == "Back" and before["detours"] else -0.2
+                         for c in candidates]  # fmt: skip
+            with_named.append(named is not None)  # the steps whose best advantage is above 0: 0.2
+            g = float(t.outcome == "success") * 0.95 ** (len(t.steps) - i - 1)
+            step.info["digiq"] = {"candidates": candidates, "q": [g] * len(candidates), "v": 0.0,
+                                  "advantage": advantage, "best": int(np.argmax(advantage))}  # fmt: skip
+            before = step.info["synthweb"]
+        scored.append(t)
+    ShardWriter(tmp_path / "scored").write(scored)
+    out = synthweb_s4_analysis.critic_scores(tmp_path / "scored", config)
+    assert out["mean_advantage"] == pytest.approx({"named": 0.2, "wrong": -0.2, "back": 0.0, "deeper": -0.2})
+    assert out["best_is_named_link"] == 1.0
+    assert 0 < out["named_share_of_candidates"] < 1 and out["held_out_r2_of_q"] == pytest.approx(1.0)
+    share = sum(with_named) / len(with_named)
+    assert 0 < share < 1 and out["steps_best_advantage_above"] == pytest.approx(
+        {"0.0": share, "0.05": share, "0.1": share}
+    )

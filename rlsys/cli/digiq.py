@@ -76,6 +76,8 @@ def change_set(args: argparse.Namespace) -> dict:
 
 
 def candidates(args: argparse.Namespace) -> dict:
+    import torch
+
     from rlsys.envs import action_validator
     from rlsys.learners.digiq.candidates import sample_candidates
     from rlsys.policies import build_policy
@@ -85,6 +87,7 @@ def candidates(args: argparse.Namespace) -> dict:
     c = cfg.learner.digiq.candidates
     policy_cfg = replace(cfg.policy, temperature=c.temperature)
     policy = build_policy(policy_cfg, seed=cfg.run.seed, device=pick_device(cfg.learner.device))
+    torch.manual_seed(cfg.run.seed)  # a loaded policy samples from torch's generator: the same draws every time
     valid = action_validator(cfg.env)
     summary: Counter = Counter({"k": c.k, "temperature": c.temperature})
 

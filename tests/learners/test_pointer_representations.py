@@ -160,3 +160,21 @@ def test_the_s4_analysis_reads_a_critic_that_knows_the_named_link_and_the_return
     assert 0 < share < 1 and out["steps_best_advantage_above"] == pytest.approx(
         {"0.0": share, "0.05": share, "0.1": share}
     )
+
+
+def test_candidates_drawn_twice_from_one_config_are_the_same(episodes, tmp_path):
+    """The S4-read dataset was prepared twice (for two settings) and drew different candidates from one saved
+    start: a loaded policy samples from torch's generator, which nothing seeded."""
+    from rlsys.cli.digiq import main as digiq_main
+
+    start = save_pointer(tmp_path / "start", seed=4)
+    keys = [*SMALL_S4, "policy.kind=learned_pointer", f"policy.path={start}", "run.training=offline",
+            f"offline.data=[{episodes}]", "learner.algorithm=digiq",
+            f"learner.digiq.representation.model={start}"]  # fmt: skip
+    drawn = []
+    for out in ("a", "b"):
+        torch.rand(3)  # whatever ran before in the process
+        assert digiq_main(["candidates", "--config", synthweb_bench.BASE, "--data", str(episodes), "--out",
+                           str(tmp_path / out), *keys]) == 0  # fmt: skip
+        drawn.append([s.info["digiq"]["candidates"] for t in read_trajectories(tmp_path / out) for s in t.steps])
+    assert drawn[0] == drawn[1] and len({tuple(c) for c in drawn[0]}) > 1

@@ -119,7 +119,12 @@ def represent(args: argparse.Namespace) -> dict:
     if not r.model or not Path(r.model).is_dir():
         raise DataError(f"learner.digiq.representation.model: {r.model!r} is not a model folder")
     provider = representation_provider(
-        r.model, r.method, pick_device(cfg.learner.device), r.batch_size, r.max_new_tokens, cfg.policy.dtype
+        r.model,
+        r.method,
+        pick_device(cfg.learner.device),
+        r.batch_size,
+        max_new_tokens=r.max_new_tokens,
+        dtype=cfg.policy.dtype,
     )
     summary: Counter = Counter()
 

@@ -99,7 +99,25 @@ def change_observation(obs: Observation, action: str) -> Observation:
     return replace(obs, extras=extras | {"candidate_action": action})
 
 
-class RepresentationProvider:
+class Representations:
+    """What every provider of z(s, a) shares: the record stored with its rows, and a check of the pairs given."""
+
+    id: str
+    method: str
+    dim: int
+    batch_size: int
+
+    @property
+    def record(self) -> dict:
+        return {"model": self.id, "method": self.method, "dim": self.dim}
+
+    @staticmethod
+    def check_pairs(observations: Sequence[Observation], actions: Sequence[str]) -> None:
+        if len(observations) != len(actions):
+            raise ValueError(f"{len(observations)} observations but {len(actions)} actions")
+
+
+class RepresentationProvider(Representations):
     """z(s, a) for (observation, action) pairs from the VLM saved at `path` (a plain or a LoRA folder, or a
     Hub id)."""
 
@@ -139,14 +157,9 @@ class RepresentationProvider:
         eos = self.policy.tokenizer.eos_token_id
         self._suppressed = sorted(special_token_ids(self.policy.tokenizer) - {eos})
 
-    @property
-    def record(self) -> dict:
-        return {"model": self.id, "method": self.method, "dim": self.dim}
-
     @torch.no_grad()
     def __call__(self, observations: Sequence[Observation], actions: Sequence[str]) -> np.ndarray:
-        if len(observations) != len(actions):
-            raise ValueError(f"{len(observations)} observations but {len(actions)} actions")
+        self.check_pairs(observations, actions)
         self.model.eval()
         rows = [np.zeros((0, self.dim), dtype=np.float32)]
         for start in range(0, len(observations), self.batch_size):
@@ -194,7 +207,7 @@ class RepresentationProvider:
         return (hidden * mask.unsqueeze(-1)).sum(1) / lengths.unsqueeze(-1)
 
 
-class PointerRepresentations:
+class PointerRepresentations(Representations):
     """z(s, a) from a pointing policy's folder (`learned_pointer`, `element_pointer`): the hidden vector by which
     it scores the element the action names (zeros for an action naming no element it can act on). Not Digi-Q's
     representation, which a VLM fine-tuned on screen changes gives: a stand-in for benches on machines where no
@@ -217,14 +230,9 @@ class PointerRepresentations:
         self.id = model_id(folder)
         self.dim = int(self.policy.model.hidden)
 
-    @property
-    def record(self) -> dict:
-        return {"model": self.id, "method": self.method, "dim": self.dim}
-
     @torch.no_grad()
     def __call__(self, observations: Sequence[Observation], actions: Sequence[str]) -> np.ndarray:
-        if len(observations) != len(actions):
-            raise ValueError(f"{len(observations)} observations but {len(actions)} actions")
+        self.check_pairs(observations, actions)
         z = np.zeros((len(actions), self.dim), dtype=np.float32)
         decisions: dict[int, object] = {}  # one per observation: a step's candidates share its screen
         for row, (obs, action) in enumerate(zip(observations, actions)):
@@ -238,17 +246,13 @@ class PointerRepresentations:
 
 
 def representation_provider(
-    path: str | os.PathLike,
-    method: str,
-    device: str = "cpu",
-    batch_size: int = 8,
-    max_new_tokens: int = 8,
-    dtype: str = "auto",
-):
-    """The provider `learner.digiq.representation` names: a VLM's, or a pointing policy's for `pointer_hidden`."""
+    path: str | os.PathLike, method: str, device: str = "cpu", batch_size: int = 8, **vlm_options
+) -> Representations:
+    """The provider `learner.digiq.representation` names: a VLM's (`vlm_options`: `max_new_tokens`, `dtype`), or a
+    pointing policy's for `pointer_hidden`."""
     if method == POINTER_METHOD:
         return PointerRepresentations(path, device, batch_size)
-    return RepresentationProvider(path, method, device, batch_size, max_new_tokens, dtype)
+    return RepresentationProvider(path, method, device, batch_size, **vlm_options)
 
 
 def step_candidates(step) -> list[str]:
@@ -256,7 +260,7 @@ def step_candidates(step) -> list[str]:
     return list(step.info.get("digiq", {}).get("candidates") or [step.action_text])
 
 
-def annotate(trajectories: Sequence[Trajectory], provider, progress: bool = True) -> dict:
+def annotate(trajectories: Sequence[Trajectory], provider: Representations, progress: bool = True) -> dict:
     """z for every (step, candidate) pair, in batches across steps: `features[Z_KEY]` (float16
     [K, dim]) on each step's observation and the provider's record in `step.info["digiq"]`."""
     from tqdm import tqdm

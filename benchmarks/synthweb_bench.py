@@ -142,9 +142,10 @@ def digiq_data(args, setting: str) -> Path:
 
 def prepare_digiq_data(args, setting: str, start: str) -> None:
     """The dataset with Digi-Q's candidates (16 a step, sampled from the start at temperature 1.2) and their
-    representations by the start policy (`pointer_hidden`), made once per setting and start."""
+    representations by the start policy (`pointer_hidden`), made once per setting, dataset and start."""
     ready = digiq_data(args, setting)
-    if (ready / "digiq.json").exists() and json.loads((ready / "digiq.json").read_text())["model"] == model_id(start):
+    source = {"dataset": str(Path(args.dataset).resolve()), "model": model_id(start)}
+    if (ready / "source.json").exists() and json.loads((ready / "source.json").read_text()) == source:
         return
     shutil.rmtree(ready, ignore_errors=True)
     candidates = ready.with_name("digiq-candidates")
@@ -156,6 +157,7 @@ def prepare_digiq_data(args, setting: str, start: str) -> None:
         if digiq_cli([command, "--config", BASE, "--data", str(data), "--out", str(out), *keys]) != 0:
             sys.exit(f"rlsys-digiq {command} failed for {setting}")
     shutil.rmtree(candidates)
+    (ready / "source.json").write_text(json.dumps(source) + "\n")
 
 
 def overrides(args, setting: str, arm: str, seed: int, start: str | None = None) -> list[str]:

@@ -5,6 +5,7 @@ S4-read dataset with it through `rlsys-digiq`."""
 import argparse
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -110,6 +111,13 @@ def test_the_bench_prepares_digiq_data_from_its_start_once(episodes, tmp_path, m
     synthweb_bench.prepare_digiq_data(args, "S4-small", str(start))
     assert os.stat(ready / "digiq.json").st_mtime_ns != made
     assert json.loads((ready / "digiq.json").read_text())["model"] == model_id(start)
+
+    made = os.stat(ready / "digiq.json").st_mtime_ns
+    elsewhere = tmp_path / "elsewhere"  # another --dataset, the same start
+    shutil.copytree(episodes, elsewhere)
+    other_data = argparse.Namespace(**{**vars(args), "dataset": str(elsewhere)})
+    synthweb_bench.prepare_digiq_data(other_data, "S4-small", str(start))
+    assert os.stat(ready / "digiq.json").st_mtime_ns != made
 
 
 def test_digiq_runs_name_their_start_and_data_and_need_a_start(tmp_path):

@@ -185,6 +185,10 @@ class PointingDecision:
         t = pick(text_logp)
         return f"type [{index}] {self.texts[t][0]}", float(total + text_logp[t])
 
+    def position(self, index: int) -> int | None:
+        """Where element `[index]` is among those it scores; None if it is not one of them."""
+        return next((k for k, e in enumerate(self.elements) if e.index == index), None)
+
     def logprob(self, action: str) -> torch.Tensor:
         """The log-prob `sample` gives `action` (differentiable); -inf for what it could never say."""
         parsed = parse_action(action)
@@ -192,10 +196,9 @@ class PointingDecision:
         if not self.elements or parsed is None:
             return minus_inf
         verb, index, text = parsed
-        found = [k for k, e in enumerate(self.elements) if e.index == index]
-        if not found:
+        k = self.position(index)
+        if k is None:
             return minus_inf
-        k = found[0]
         total = self._element_logp()[k]
         if verb == "click":
             return total + self._verb_logp(k)[0] if self.clickable[k] else minus_inf
@@ -251,24 +254,25 @@ class PointingPolicy(ModulePolicy):
         (folder / self.CONFIG_NAME).write_text(json.dumps(sizes, indent=2) + "\n")
         torch.save(self.state_dict(), folder / self.WEIGHTS_NAME)
 
-    def _decisions(self, observations: Sequence[Observation]) -> list[PointingDecision]:
-        return [self.Decision(self.model, o, self.cfg.temperature) for o in observations]
+    def decisions(self, observations: Sequence[Observation]) -> list[PointingDecision]:
+        """One decision per observation; an observation given more than once (Digi-Q's candidates: K draws a
+        state) is scored once."""
+        scored: dict[int, PointingDecision] = {}
+        for o in observations:
+            if id(o) not in scored:
+                scored[id(o)] = self.Decision(self.model, o, self.cfg.temperature)
+        return [scored[id(o)] for o in observations]
 
     @torch.no_grad()
     def act(self, observations: Sequence[Observation], greedy: bool = False) -> list[ActionSample]:
         self.model.eval()
-        # an observation given more than once (Digi-Q's candidates: K draws a state) is scored once
-        decisions: dict[int, PointingDecision] = {}
-        for o in observations:
-            if id(o) not in decisions:
-                decisions[id(o)] = self.Decision(self.model, o, self.cfg.temperature)
-        return [ActionSample(*decisions[id(o)].sample(greedy), self.version) for o in observations]
+        return [ActionSample(*d.sample(greedy), self.version) for d in self.decisions(observations)]
 
     def token_logprobs(
         self, observations: Sequence[Observation], actions: Sequence[str]
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Each action's log-prob as a single token ([B, 1]) and an all-true mask."""
-        decisions = self._decisions(observations)
+        decisions = self.decisions(observations)
         logp = torch.stack([d.logprob(a).to(self.device) for d, a in zip(decisions, actions, strict=True)])
         logp = logp.unsqueeze(-1)
         return logp, torch.ones_like(logp, dtype=torch.bool)

@@ -234,14 +234,11 @@ class PointerRepresentations(Representations):
     def __call__(self, observations: Sequence[Observation], actions: Sequence[str]) -> np.ndarray:
         self.check_pairs(observations, actions)
         z = np.zeros((len(actions), self.dim), dtype=np.float32)
-        decisions: dict[int, object] = {}  # one per observation: a step's candidates share its screen
-        for row, (obs, action) in enumerate(zip(observations, actions)):
-            if id(obs) not in decisions:
-                decisions[id(obs)] = self.policy.Decision(self.policy.model, obs, 1.0)
-            decision, parsed = decisions[id(obs)], parse_action(action)
-            found = [k for k, e in enumerate(decision.elements) if parsed and e.index == parsed[1]]
-            if found:
-                z[row] = decision.hidden[found[0]].float().cpu().numpy()
+        for row, (decision, action) in enumerate(zip(self.policy.decisions(observations), actions)):
+            parsed = parse_action(action)
+            k = decision.position(parsed[1]) if parsed else None
+            if k is not None:
+                z[row] = decision.hidden[k].float().cpu().numpy()
         return z
 
 

@@ -21,6 +21,7 @@ import json
 import math
 import re
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -72,16 +73,28 @@ def _log_loss(p: float, y: bool) -> float:
     return -math.log(p if y else 1 - p)
 
 
+def walk(t) -> Iterator[tuple[int, object, dict, dict]]:
+    """Each step of a synthweb trajectory with where it was taken (`page`, `detours`) and where it led."""
+    before = {"page": 0, "detours": 0}
+    for i, step in enumerate(t.steps):
+        after = step.info["synthweb"]
+        yield i, step, before, after
+        before = after
+
+
+def discounted_return(t, i: int, gamma: float) -> float:
+    """The trajectory's reward (1 for a success) discounted from step `i` to its last."""
+    return float(t.outcome == "success") * gamma ** (len(t.steps) - i - 1)
+
+
 def dataset_values(folder: Path, max_steps: int) -> dict:
     """Success from each state of the dataset, by where the state is, and how well where it is predicts it."""
     states = []  # (succeeded, in a detour, pages left, steps left)
     for shard in sorted(folder.glob("shard-*.parquet")):
         for t in read_trajectories(shard):
-            before = {"page": 0, "detours": 0}
             depth, solved = int(t.task.meta["depth"]), t.outcome == "success"
-            for i, step in enumerate(t.steps):
+            for i, _, before, _ in walk(t):
                 states.append((solved, before["detours"] > 0, depth - before["page"], max_steps - i))
-                before = step.info["synthweb"]
 
     def table_loss(key) -> float:
         cells = defaultdict(lambda: [0, 0])
@@ -115,16 +128,14 @@ def dataset_advantages(folder: Path, gamma: float, threshold: float) -> dict:
         for t in read_trajectories(shard):
             if t.task.meta.get("impossible"):
                 continue
-            before, depth, reward = {"page": 0, "detours": 0}, int(t.task.meta["depth"]), float(t.outcome == "success")
-            for i, step in enumerate(t.steps):
-                after = step.info["synthweb"]
-                g = reward * gamma ** (len(t.steps) - i - 1)
+            depth = int(t.task.meta["depth"])
+            for i, step, before, after in walk(t):
+                g = discounted_return(t, i, gamma)
                 if before["detours"]:
                     returns["detour"]["back" if after["detours"] < before["detours"] else "deeper"].append(g)
                 else:
                     on = step.info.get("outcome") == "success" or after["page"] > before["page"]
                     returns[depth - before["page"]]["named" if on else "wrong"].append(g)
-                before = after
 
     def advantages(kinds: dict) -> dict:
         value = sum(map(sum, kinds.values())) / sum(map(len, kinds.values()))
@@ -166,14 +177,12 @@ def critic_scores(scored: Path, config: Path) -> dict:
     a = defaultdict(list)  # kind of candidate -> advantages
     best_named, named_share, above, q_vs_return = [], [], defaultdict(list), []
     for t in read_trajectories(scored):
-        site, reward = build_site(t.task.meta), float(t.outcome == "success")
-        held_out = is_validation(t, digiq.validation_fraction)
-        before = {"page": 0, "detours": 0}
-        for i, step in enumerate(t.steps):
+        site, held_out = build_site(t.task.meta), is_validation(t, digiq.validation_fraction)
+        for i, step, before, _ in walk(t):
             d, texts = step.info["digiq"], {e.index: e.text for e in elements_of(step.observation)}
             targets = [texts.get(p[1]) if (p := parse_action(c)) else None for c in d["candidates"]]
             if held_out:
-                q_vs_return.append((d["q"][0], reward * gamma ** (len(t.steps) - i - 1)))
+                q_vs_return.append((d["q"][0], discounted_return(t, i, gamma)))
             for level in (0.0, threshold / 2, threshold):
                 above[level].append(max(d["advantage"]) > level)
             if before["detours"]:
@@ -187,7 +196,6 @@ def critic_scores(scored: Path, config: Path) -> dict:
                 if "named" in kinds:
                     best_named.append(kinds[d["best"]] == "named")
                     named_share.append(kinds.count("named") / len(kinds))  # a best chosen at random: named this often
-            before = step.info["synthweb"]
     q, g = np.array(q_vs_return).T
     return {"mean_advantage": {k: float(np.mean(v)) for k, v in a.items()},
             "best_is_named_link": float(np.mean(best_named)), "named_share_of_candidates": float(np.mean(named_share)),

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from rlsys.config import ConfigError, check_paths, load_config
-from rlsys.learners.digiq.algorithm import DigiQ, step_refs
+from rlsys.learners.digiq.algorithm import DigiQ
+from rlsys.learners.digiq.inputs import step_refs
 from rlsys.learners.digiq.representations import Z_KEY, RepresentationMismatch
 from rlsys.learners.registry import offline_phase_length
 from rlsys.policies import build_policy

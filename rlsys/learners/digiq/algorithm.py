@@ -17,7 +17,6 @@ import json
 import math
 import random
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -28,47 +27,15 @@ import torch.nn.functional as F
 from rlsys.config import LearnerConfig
 from rlsys.core.types import Trajectory
 from rlsys.learners.digiq import schedule
-from rlsys.learners.digiq.critic import CachedTextEncoder, DigiQCritic, aggregate
-from rlsys.learners.digiq.representations import Z_KEY, RepresentationMismatch, check_representations, expected_model_id
+from rlsys.learners.digiq.critic import DigiQCritic, aggregate
+from rlsys.learners.digiq.inputs import CriticInputs, StepRef, step_refs
+from rlsys.learners.digiq.representations import RepresentationMismatch, check_representations, expected_model_id
 from rlsys.learners.imitation import ActorSample, ActorUpdate
 from rlsys.learners.optim import ModuleOptimizer, train_steps
 from rlsys.learners.selection import is_validation, policy_lag
-from rlsys.learners.text_encoder import TextEncoder
-from rlsys.policies.image_features import PooledImageFeatures
 
 SCORE_BATCH = 256
 CRITIC_FILES = ("critic.safetensors", "critic.json")
-
-
-@dataclass
-class StepRef:
-    """One step of a trajectory, as the critic and the actor read it."""
-
-    traj: Trajectory
-    index: int
-
-    @property
-    def key(self) -> tuple[str, int]:
-        return self.traj.id, self.index
-
-    @property
-    def step(self):
-        return self.traj.steps[self.index]
-
-    @property
-    def candidates(self) -> list[str]:
-        return self.step.info["digiq"]["candidates"]
-
-    def z(self, k: int) -> np.ndarray:
-        return self.step.observation.features[Z_KEY][k]
-
-    def bootstraps(self) -> bool:
-        """Whether the target looks past this step: not done, and s' was recorded."""
-        return not self.step.done and self.traj.next_observation(self.index) is not None
-
-
-def step_refs(trajectories: list[Trajectory]) -> list[StepRef]:
-    return [StepRef(t, i) for t in trajectories for i in range(len(t.steps))]
 
 
 class DigiQ:
@@ -77,8 +44,7 @@ class DigiQ:
         self.d = d = cfg.digiq
         self.device = device
         self.seed = seed
-        self.texts = CachedTextEncoder(TextEncoder(d.text_encoder_path, d.text_hidden, d.max_text_tokens).to(device))
-        self.images = PooledImageFeatures(d.vision_path, d.image_feature_dim, d.image_size, device)
+        self.inputs = CriticInputs(d, device)
         self.expected_model = expected_model_id(d.representation.model)
         self.critic: DigiQCritic | None = None  # built once the dataset's representation width is known
         self.critic_optimizer: ModuleOptimizer | None = None
@@ -129,50 +95,18 @@ class DigiQ:
     def _new_critic(self, z_dim: int) -> None:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed)
-            self.critic = DigiQCritic(self.d, self.texts.dim, z_dim).to(self.device)
+            self.critic = DigiQCritic(self.d, self.inputs.text_dim, z_dim).to(self.device)
         self.critic_optimizer = ModuleOptimizer(
             "critic", self.critic.online.parameters(), self.d.critic_lr, self.cfg.grad_clip
         )
-
-    # ------------------------------------------------------------------ inputs
-
-    def states(self, refs: list[StepRef], next_state: bool = False) -> torch.Tensor:
-        """[goal, previous action, f(s_{t-1}), f(s_t)] of each step (of s' when `next_state`); the
-        encoders are frozen, so each state is computed once per run."""
-        missing = [r for r in refs if (*r.key, next_state) not in self._states]
-        for i in range(0, len(missing), SCORE_BATCH):
-            chunk = missing[i : i + SCORE_BATCH]
-            goals, previous, before, after = [], [], [], []
-            for r in chunk:
-                steps, t = r.traj.steps, r.index
-                current = steps[t].observation
-                goals.append(r.traj.task.instruction)
-                if next_state:
-                    previous.append(steps[t].action_text)
-                    before.append(current)
-                    after.append(r.traj.next_observation(t) or current)
-                else:
-                    previous.append(steps[t - 1].action_text if t else "")
-                    before.append(steps[t - 1].observation if t else current)
-                    after.append(current)
-            rows = torch.cat([self.texts(goals), self.texts(previous), self.images(before), self.images(after)], dim=-1)
-            for r, row in zip(chunk, rows.to(self.device)):
-                self._states[(*r.key, next_state)] = row
-        return torch.stack([self._states[(*r.key, next_state)] for r in refs])
-
-    def actions(self, pairs: list[tuple[StepRef, int]]) -> torch.Tensor:
-        """[text(candidate), z(s, candidate)] for (step, candidate index) pairs."""
-        text = self.texts([ref.candidates[k] for ref, k in pairs]).to(self.device)
-        z = torch.from_numpy(np.stack([ref.z(k) for ref, k in pairs]).astype(np.float32)).to(self.device)
-        return torch.cat([text, z], dim=-1)
 
     # ------------------------------------------------------------------ critic
 
     def critic_loss(self, batch: list[StepRef]) -> torch.Tensor:
         """Sum over heads j of MSE(Q_j(s, a_data), r + gamma (1 - d) V̄_j(s')) + MSE(V_j(s), Q̄_j(s, a_data))."""
         critic, gamma = self.critic, self.d.gamma
-        s, s_next = self.states(batch), self.states(batch, next_state=True)
-        a = self.actions([(r, 0) for r in batch])
+        s, s_next = self.inputs.states(batch), self.inputs.states(batch, next_state=True)
+        a = self.inputs.actions([(r, 0) for r in batch])
         rewards = torch.tensor([r.step.reward for r in batch], device=self.device, dtype=torch.float32)
         live = torch.tensor([r.bootstraps() for r in batch], device=self.device, dtype=torch.float32)
         with torch.no_grad():
@@ -210,12 +144,12 @@ class DigiQ:
         q_all = []
         for i in range(0, len(pairs), SCORE_BATCH):
             chunk = pairs[i : i + SCORE_BATCH]
-            s = self.states([r for r, _ in chunk])
-            q_all.append(aggregate(self.critic.q(s, self.actions(chunk)), self.d.aggregate))
+            s = self.inputs.states([r for r, _ in chunk])
+            q_all.append(aggregate(self.critic.q(s, self.inputs.actions(chunk)), self.d.aggregate))
         q_flat = torch.cat(q_all).cpu().numpy() if q_all else np.zeros(0)
         values = []
         for i in range(0, len(refs), SCORE_BATCH):
-            values.append(aggregate(self.critic.v(self.states(refs[i : i + SCORE_BATCH])), self.d.aggregate))
+            values.append(aggregate(self.critic.v(self.inputs.states(refs[i : i + SCORE_BATCH])), self.d.aggregate))
         v = torch.cat(values).cpu().numpy() if values else np.zeros(0)
         out, start = [], 0
         for r, value in zip(refs, v):

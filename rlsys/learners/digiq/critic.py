@@ -1,27 +1,21 @@
 """Digi-Q's critic (docs/algorithms/digiq.md): two Q heads on (state, action), two V heads on the state, and a
-target copy of all four, initialised equal to the online heads and moved by Polyak averaging.
-
-state  = [text(goal), text(previous action), f(s_{t-1}), f(s_t)]
-action = [text(candidate), z(s, a)]
-
-The text encoder is frozen, so its vectors are computed once per distinct string and kept.
+target copy of all four, initialised equal to the online heads and moved by Polyak averaging. What the heads read
+of a step is `rlsys.learners.digiq.inputs`'s.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
 
 import torch
 from torch import nn
 
 from rlsys.config import DigiQConfig
-from rlsys.learners.text_encoder import TextEncoder
 
 HEADS = ("q1", "q2", "v1", "v2")
 
 
-def _head(inputs: int, width: int, dropout: float) -> nn.Sequential:
+def mlp_head(inputs: int, width: int, dropout: float) -> nn.Sequential:
     return nn.Sequential(
         nn.LayerNorm(inputs),  # z(s, a) from a 7B VLM is far larger in scale than the other parts
         nn.Linear(inputs, width),
@@ -34,28 +28,6 @@ def _head(inputs: int, width: int, dropout: float) -> nn.Sequential:
     )
 
 
-class CachedTextEncoder:
-    """A frozen TextEncoder with one vector per distinct text, computed on first use."""
-
-    def __init__(self, encoder: TextEncoder, batch: int = 64):
-        self.encoder = encoder.requires_grad_(False).eval()
-        self.batch = batch
-        self._vectors: dict[str, torch.Tensor] = {}
-
-    @property
-    def dim(self) -> int:
-        return self.encoder.hidden_size
-
-    @torch.no_grad()
-    def __call__(self, texts: Sequence[str]) -> torch.Tensor:
-        missing = list(dict.fromkeys(t for t in texts if t not in self._vectors))
-        for i in range(0, len(missing), self.batch):
-            chunk = missing[i : i + self.batch]
-            for text, row in zip(chunk, self.encoder(chunk).float()):
-                self._vectors[text] = row
-        return torch.stack([self._vectors[t] for t in texts])
-
-
 class DigiQCritic(nn.Module):
     def __init__(self, cfg: DigiQConfig, text_dim: int, z_dim: int):
         super().__init__()
@@ -65,10 +37,10 @@ class DigiQCritic(nn.Module):
         width, p = cfg.critic_hidden, cfg.dropout
         self.online = nn.ModuleDict(
             {
-                "q1": _head(self.state_dim + self.action_dim, width, p),
-                "q2": _head(self.state_dim + self.action_dim, width, p),
-                "v1": _head(self.state_dim, width, p),
-                "v2": _head(self.state_dim, width, p),
+                "q1": mlp_head(self.state_dim + self.action_dim, width, p),
+                "q2": mlp_head(self.state_dim + self.action_dim, width, p),
+                "v1": mlp_head(self.state_dim, width, p),
+                "v2": mlp_head(self.state_dim, width, p),
             }
         )
         self.target = copy.deepcopy(self.online).requires_grad_(False).eval()

@@ -42,8 +42,8 @@ def where(trajectory, max_steps: int) -> list[list[float]]:
 
 def probe(x: torch.Tensor, y: torch.Tensor, held_out: torch.Tensor, seed: int, args, width: int, norm=True) -> dict:
     """A critic-shaped head regressed on the returns of the train rows; R^2 on both splits. Without `norm` the head
-    drops its input LayerNorm, which on three inputs (where the state is) keeps two of their three degrees of
-    freedom."""
+    drops its input LayerNorm, which (less each row's mean, over its spread) leaves three inputs (where the state
+    is) one degree of freedom of their three."""
     train = ~held_out
     torch.manual_seed(seed)
     head = mlp_head(x.shape[1], width, args.dropout)

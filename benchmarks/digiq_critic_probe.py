@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -29,14 +30,13 @@ from rlsys.learners.digiq.inputs import CriticInputs, step_refs
 from rlsys.learners.selection import is_validation
 
 RESULTS = Path(__file__).parent / "results" / "digiq_critic_probe.json"
-MAX_DEPTH = 15  # S4's deepest path
 HEADS = {"critic": True, "no_layernorm": False}  # the critic's head, and one without its input LayerNorm
 
 
-def where(trajectory, max_steps: int) -> list[list[float]]:
+def where(trajectory, max_steps: int, max_depth: int) -> list[list[float]]:
     """Per step: pages left on the path, detour depth and steps left, each scaled to about [0, 1]."""
     depth = int(trajectory.task.meta["depth"])
-    return [[(depth - before["page"]) / MAX_DEPTH, before["detours"] / 4, (max_steps - i) / max_steps]
+    return [[(depth - before["page"]) / max_depth, before["detours"] / 4, (max_steps - i) / max_steps]
             for i, _, before, _ in walk(trajectory)]  # fmt: skip
 
 
@@ -68,7 +68,7 @@ def probe(x: torch.Tensor, y: torch.Tensor, held_out: torch.Tensor, seed: int, a
     return {"held_out_r2": r2(held_out), "train_r2": r2(train)}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", type=Path, required=True, help="a Digi-Q run folder of the bench")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
@@ -76,7 +76,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--dropout", type=float, default=0.0)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    command = shlex.join(["python", "benchmarks/digiq_critic_probe.py", *(sys.argv[1:] if argv is None else argv)])
     cfg = load_config(str(args.run / "config.yaml"))
     d = cfg.learner.digiq
     shards = [shard for folder in cfg.offline.data for shard in sorted(Path(folder).glob("shard-*.parquet"))]
@@ -88,7 +89,8 @@ def main() -> None:
     with torch.no_grad():
         critic_inputs = torch.cat([inputs.states(refs), inputs.actions([(r, 0) for r in refs])], dim=-1)
     encode_s = time.perf_counter() - t0
-    place = torch.tensor([row for t in trajectories for row in where(t, cfg.env.max_steps)])
+    bounds = cfg.env.max_steps, cfg.tasks.synthweb.max_depth
+    place = torch.tensor([row for t in trajectories for row in where(t, *bounds)])
     y = torch.tensor([discounted_return(r.traj, r.index, d.gamma) for r in refs], dtype=torch.float32)
     held_out = torch.tensor([is_validation(r.traj, d.validation_fraction) for r in refs])
     features = {"where": place, "critic_inputs": critic_inputs, "both": torch.cat([place, critic_inputs], dim=-1)}
@@ -100,7 +102,7 @@ def main() -> None:
                 probes.setdefault((head, name), []).append(probe(x, y, held_out, seed, args, d.critic_hidden, norm))
                 print(f"{head} {name} seed {seed}: {probes[head, name][-1]}", file=sys.stderr, flush=True)
     result = {
-        "command": f"python benchmarks/digiq_critic_probe.py --run {args.run} --seeds {' '.join(map(str, args.seeds))}",
+        "command": command,
         "run": str(args.run),
         "data": [str(f) for f in cfg.offline.data],
         "steps": len(refs),

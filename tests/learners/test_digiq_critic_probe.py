@@ -10,10 +10,9 @@ import torch
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 import digiq_critic_probe  # noqa: E402
-import synthweb_bench  # noqa: E402
-import synthweb_dataset  # noqa: E402
 
 from rlsys.data.shards import read_trajectories  # noqa: E402
+from tests.support.synthweb_s4 import scripted_s4_episodes  # noqa: E402
 
 
 def probe_args(**kw):
@@ -34,12 +33,9 @@ def test_a_probe_reads_returns_that_its_inputs_hold_and_not_ones_they_do_not():
 
 
 def test_where_a_state_is_comes_from_the_page_and_detour_the_step_left(tmp_path):
-    settings = [*synthweb_bench.SETTINGS["S4"], "tasks.synthweb.min_depth=3", "tasks.synthweb.max_depth=4"]
-    out = tmp_path / "data"
-    synthweb_dataset.main(["--out", str(out), "--episodes", "12", "--config", synthweb_bench.BASE, "--set", *settings])
     detours = 0
-    for t in read_trajectories(out):
-        depth, rows = int(t.task.meta["depth"]), digiq_critic_probe.where(t, 30)
+    for t in read_trajectories(scripted_s4_episodes(tmp_path / "data")):
+        depth, rows = int(t.task.meta["depth"]), digiq_critic_probe.where(t, 30, 15)
         assert len(rows) == len(t.steps) and rows[0] == pytest.approx([depth / 15, 0.0, 1.0])
         for i in range(1, len(t.steps)):
             left = t.steps[i - 1].info["synthweb"]  # where step i - 1 led is where step i is taken

@@ -31,9 +31,8 @@ from rlsys.policies.pointing import elements_of
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 import synthweb_bench  # noqa: E402
-import synthweb_dataset  # noqa: E402
 
-SMALL_S4 = [*synthweb_bench.SETTINGS["S4"], "tasks.synthweb.min_depth=3", "tasks.synthweb.max_depth=4"]
+from tests.support.synthweb_s4 import SMALL_S4, scripted_s4_episodes  # noqa: E402
 
 
 def save_pointer(folder: Path, seed: int) -> Path:
@@ -44,9 +43,7 @@ def save_pointer(folder: Path, seed: int) -> Path:
 @pytest.fixture(scope="module")
 def episodes(tmp_path_factory) -> Path:
     """Twelve episodes of the scripted S4 chooser (right 70% of the time, so wrong clicks and detours occur)."""
-    out = tmp_path_factory.mktemp("s4") / "data"
-    synthweb_dataset.main(["--out", str(out), "--episodes", "12", "--config", synthweb_bench.BASE, "--set", *SMALL_S4])
-    return out
+    return scripted_s4_episodes(tmp_path_factory.mktemp("s4") / "data")
 
 
 def test_z_is_the_policys_vector_of_the_element_the_action_names(episodes, tmp_path):

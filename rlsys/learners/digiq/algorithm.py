@@ -28,13 +28,13 @@ from rlsys.config import LearnerConfig
 from rlsys.core.types import Trajectory
 from rlsys.learners.digiq import schedule
 from rlsys.learners.digiq.critic import DigiQCritic, aggregate
+from rlsys.learners.digiq.inputs import BATCH as SCORE_BATCH
 from rlsys.learners.digiq.inputs import CriticInputs, StepRef, step_refs
 from rlsys.learners.digiq.representations import RepresentationMismatch, check_representations, expected_model_id
 from rlsys.learners.imitation import ActorSample, ActorUpdate
 from rlsys.learners.optim import ModuleOptimizer, train_steps
 from rlsys.learners.selection import is_validation, policy_lag
 
-SCORE_BATCH = 256
 CRITIC_FILES = ("critic.safetensors", "critic.json")
 
 

@@ -20,7 +20,7 @@ from rlsys.learners.digiq.representations import Z_KEY
 from rlsys.learners.text_encoder import TextEncoder
 from rlsys.policies.image_features import PooledImageFeatures
 
-BATCH = 256
+BATCH = 256  # steps encoded, and scored by the critic, at a time
 
 
 @dataclass

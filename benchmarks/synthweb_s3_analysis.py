@@ -12,7 +12,12 @@ per run folder of a reward-noise setting, from its training trajectories (the en
 - in the run's last (greedy) evaluation, how often the step after a wrong click (the page stayed) clicks the same
   element again: a failure of S3 is mostly such repeats, so imitating failures teaches them;
 - where clicks slip (S3-slips, S3-both), the share of steps that slipped, and of the steps of successes those
-  whose wrong click a slip carried onto the named link (P3.8).
+  whose wrong click a slip carried onto the named link (P3.8);
+- steps beyond the task's depth per solved episode of the last evaluation, by depth (P3.12: a weaker policy
+  solves a shallower mix, so the overall figure alone compares mixes);
+- for GRPO, its rollout groups: the share whose members all ended alike over the run's first and last quarter
+  (P3.11), and how many groups that failed whole had their task solved earlier in the run: what the replay of
+  successes would have had to replay.
 
 Runs that have not finished (no benchmark-overrides.json yet) are left out. With `--difference A B`, the
 difference of arm A's mean minus arm B's over seeds (Welch's 95% interval) at each evaluation point of the bench's
@@ -30,17 +35,21 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 from digirl_vs_filteredbc import RESULTS as BENCH_RESULTS
 from digirl_vs_filteredbc import difference, results_lock
+from synthweb_bench import per_solved
 
 from rlsys.config import load_config
+from rlsys.core.types import rollout_group
 from rlsys.data.shards import read_trajectories
 from rlsys.driver.metrics import read_metrics
 from rlsys.envs.synthweb import FORWARD, build_site, path_page
 from rlsys.learners.digirl.advantages import doubly_robust
+from rlsys.learners.grpo.replay import replay_key
 from rlsys.learners.selection import above_reward_quantile, failed
 
 RESULTS = Path(__file__).parent / "results" / "synthweb_s3_analysis.json"
@@ -56,6 +65,7 @@ def run_summary(folder: Path) -> dict:
         zeros = np.zeros(len(t.steps) + 1)
         advantages = doubly_robust([s.reward for s in t.steps], zeros[:-1], zeros[1:], lam)
         imitated["success" if t.outcome == "success" else "failure"] += int((advantages > threshold).sum())
+    last_eval = read_trajectories(sorted((folder / "eval").glob("shard-*.parquet"))[-1])
     metrics = read_metrics(folder)
     aucs = [m["step_critic/validation_auc"] for m in metrics if m.get("step_critic/validation_auc") is not None]
     return {
@@ -67,10 +77,10 @@ def run_summary(folder: Path) -> dict:
         **imitated_from_failures(metrics),
         **quantile_kept_non_successes(cfg, trajectories, metrics),
         **slips(cfg, trajectories),
+        **rollout_groups(trajectories),
         "step_critic_validation_auc_last": aucs[-1] if aucs else None,
-        "repeats_after_wrong_click_last_eval": repeats_after_wrong_click(
-            read_trajectories(sorted((folder / "eval").glob("shard-*.parquet"))[-1])
-        ),
+        "repeats_after_wrong_click_last_eval": repeats_after_wrong_click(last_eval),
+        "wasted_per_solved_by_depth_last_eval": wasted_by_depth(last_eval),
     }
 
 
@@ -165,6 +175,46 @@ def slips(cfg, trajectories: list) -> dict:
     }
 
 
+def wasted_by_depth(trajectories: list) -> dict[str, float | None]:
+    by_depth = defaultdict(list)
+    for t in trajectories:
+        if "depth" in t.task.meta:
+            by_depth[int(t.task.meta["depth"])].append(t)
+    return {str(d): per_solved(by_depth[d])["wasted_per_solved"] for d in sorted(by_depth)}
+
+
+def rollout_groups(trajectories: list) -> dict:
+    """A GRPO run's groups, in the order they were collected: the share whose members all ended alike (success or
+    not, as the binary reward), over the first and last quarter, and of the groups that failed whole, how many
+    played a task (as the replay of successes keys it) one of the run's earlier groups had solved. Nothing for runs
+    without groups."""
+    groups = defaultdict(list)
+    for t in trajectories:
+        if (group := rollout_group(t.task)) is not None:
+            groups[group].append(t.outcome == "success")
+    if not groups:
+        return {}
+    tasks = {group: replay_key(t.task) for t in trajectories if (group := rollout_group(t.task)) is not None}
+    uniform = [len(set(outcomes)) == 1 for outcomes in groups.values()]
+    quarter = len(uniform) // 4
+    solved, failed_whole, solved_before = set(), 0, 0
+    for group, outcomes in groups.items():
+        if any(outcomes):
+            solved.add(tasks[group])
+        else:
+            failed_whole += 1
+            solved_before += tasks[group] in solved
+    return {
+        "groups": len(uniform),
+        "distinct_group_tasks": len(set(tasks.values())),
+        "uniform_groups": float(np.mean(uniform)),
+        "uniform_groups_first_quarter": float(np.mean(uniform[:quarter])),
+        "uniform_groups_last_quarter": float(np.mean(uniform[-quarter:])),
+        "failed_whole_groups": failed_whole,
+        "failed_whole_groups_solved_before": solved_before,
+    }
+
+
 def setting_name(folder: Path) -> str:
     """The setting as the bench's results name it: runs/bench-synthweb-read/S3-noise is S3-noise-read."""
     tag = folder.resolve().parent.name.removeprefix("bench-synthweb").lstrip("-")
@@ -219,6 +269,14 @@ def differences(name: str, runs: dict, a: str, b: str) -> dict:
                                            for arm in (a, b)))  # fmt: skip
     for key in ("flat_critic_imitated_from_failures", "repeats_after_wrong_click_last_eval"):
         out[key] = difference(measure(a, key), measure(b, key))
+    out["wasted_per_solved"] = difference(*([r["episodes"]["wasted_per_solved"] for r in bench[arm].values()]
+                                            for arm in (a, b)))  # fmt: skip
+    by_depth = {arm: measure(arm, "wasted_per_solved_by_depth_last_eval") for arm in (a, b)}
+    depths = sorted({d for arm in (a, b) for seed in by_depth[arm] for d in seed}, key=int)
+    out["wasted_per_solved_by_depth"] = {
+        d: difference(*([w for seed in by_depth[arm] if (w := seed.get(d)) is not None] for arm in (a, b)))
+        for d in depths
+    }
     return out
 
 

@@ -13,10 +13,10 @@ from digirl_vs_filteredbc import difference, interval, t975  # noqa: E402
 from quickstart_seeds import summary  # noqa: E402
 from synthweb_bench import BASE, SETTINGS  # noqa: E402
 from synthweb_dataset import scripted_action  # noqa: E402
-from synthweb_s3_analysis import imitated_from_failures, slips, success_differences  # noqa: E402
+from synthweb_s3_analysis import imitated_from_failures, rollout_groups, slips, success_differences  # noqa: E402
 
 from rlsys.config import load_config  # noqa: E402
-from rlsys.core.types import Step, Trajectory  # noqa: E402
+from rlsys.core.types import Step, Task, Trajectory  # noqa: E402
 from rlsys.envs.synthweb import FORWARD, SynthWebEnv, suite_tasks  # noqa: E402
 
 T_QUANTILE = {1: 12.7062, 2: 4.30265, 4.5: 2.65891, 9: 2.26216, 12.6: 2.16736, 17.3: 2.10703, 29: 2.04523}
@@ -117,3 +117,23 @@ def test_slips_counts_the_wrong_clicks_a_slip_carried_on_as_the_env_saw_them():
     assert sum(carried) > 10  # the case is exercised, not vacuously 0
     assert 0.4 < got["slipped_steps"] < 0.6
     assert slips(load_config(BASE, overrides=SETTINGS["S3-clean"]), trajectories) == {}
+
+
+def test_rollout_groups_count_alike_groups_by_quarter_and_whole_failures_of_tasks_solved_before():
+    # eight groups of two, in the order collected: (task, outcomes); the replay of successes could have filled only
+    # the third (task a failed whole after the second solved it), not the first (nothing solved yet) nor the fifth
+    # (task c never solved before it)
+    played = [("a", "ff"), ("a", "sf"), ("a", "ff"), ("b", "ss"), ("c", "ff"), ("c", "sf"), ("d", "ss"), ("e", "ss")]
+    outcome = {"s": "success", "f": "failure"}
+    trajectories = [
+        Trajectory(Task(task, "go", "synthweb", meta={"rollout_group": str(g), "group_size": 2}), [], outcome[o])
+        for g, (task, outcomes) in enumerate(played)
+        for o in outcomes
+    ]
+    solo = Trajectory(Task("z", "go", "synthweb"), [], "success")  # issued alone: in no group
+    got = rollout_groups([*trajectories, solo])
+    assert got["groups"] == 8 and got["distinct_group_tasks"] == 5
+    assert got["uniform_groups"] == 6 / 8
+    assert got["uniform_groups_first_quarter"] == 1 / 2 and got["uniform_groups_last_quarter"] == 1
+    assert got["failed_whole_groups"] == 3 and got["failed_whole_groups_solved_before"] == 1
+    assert rollout_groups([solo]) == {}

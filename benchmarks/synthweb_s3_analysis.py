@@ -261,8 +261,11 @@ def differences(name: str, runs: dict, a: str, b: str) -> dict:
     on the named link, and in this script's measures."""
     bench = bench_runs(name)
 
+    def runs_of(arm: str) -> list[dict]:
+        return [r for folder, r in runs.items() if folder.startswith(f"{arm}-seed")]
+
     def measure(arm: str, key: str) -> list[float]:
-        return [r[key] for folder, r in runs.items() if folder.startswith(f"{arm}-seed")]
+        return [r[key] for r in runs_of(arm)]
 
     out = success_differences(list(bench[a].values()), list(bench[b].values()))
     out["named_link_share"] = difference(*([r["episodes"]["named_link_share"] for r in bench[arm].values()]
@@ -271,12 +274,11 @@ def differences(name: str, runs: dict, a: str, b: str) -> dict:
         out[key] = difference(measure(a, key), measure(b, key))
     out["wasted_per_solved"] = difference(*([r["episodes"]["wasted_per_solved"] for r in bench[arm].values()]
                                             for arm in (a, b)))  # fmt: skip
-    by_depth = {arm: measure(arm, "wasted_per_solved_by_depth_last_eval") for arm in (a, b)}
-    depths = sorted({d for arm in (a, b) for seed in by_depth[arm] for d in seed}, key=int)
-    out["wasted_per_solved_by_depth"] = {
-        d: difference(*([w for seed in by_depth[arm] if (w := seed.get(d)) is not None] for arm in (a, b)))
-        for d in depths
-    }
+    # runs summarised before this measure existed have none: a depth is compared where both arms have it
+    by_depth = {arm: [r.get("wasted_per_solved_by_depth_last_eval", {}) for r in runs_of(arm)] for arm in (a, b)}
+    per_depth = {d: [[w for seed in by_depth[arm] if (w := seed.get(d)) is not None] for arm in (a, b)]
+                 for d in sorted({d for arm in (a, b) for seed in by_depth[arm] for d in seed}, key=int)}  # fmt: skip
+    out["wasted_per_solved_by_depth"] = {d: difference(*arms) for d, arms in per_depth.items() if all(arms)}
     return out
 
 

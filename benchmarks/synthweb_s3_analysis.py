@@ -188,13 +188,13 @@ def rollout_groups(trajectories: list) -> dict:
     not, as the binary reward), over the first and last quarter, and of the groups that failed whole, how many
     played a task (as the replay of successes keys it) one of the run's earlier groups had solved. Nothing for runs
     without groups."""
-    groups = defaultdict(list)
+    groups, tasks = defaultdict(list), {}
     for t in trajectories:
         if (group := rollout_group(t.task)) is not None:
             groups[group].append(t.outcome == "success")
+            tasks[group] = replay_key(t.task)
     if not groups:
         return {}
-    tasks = {group: replay_key(t.task) for t in trajectories if (group := rollout_group(t.task)) is not None}
     uniform = [len(set(outcomes)) == 1 for outcomes in groups.values()]
     quarter = len(uniform) // 4
     solved, failed_whole, solved_before = set(), 0, 0
@@ -268,12 +268,10 @@ def differences(name: str, runs: dict, a: str, b: str) -> dict:
         return [r[key] for r in runs_of(arm)]
 
     out = success_differences(list(bench[a].values()), list(bench[b].values()))
-    out["named_link_share"] = difference(*([r["episodes"]["named_link_share"] for r in bench[arm].values()]
-                                           for arm in (a, b)))  # fmt: skip
+    for key in ("named_link_share", "wasted_per_solved"):  # the bench's own episode measures
+        out[key] = difference(*([r["episodes"][key] for r in bench[arm].values()] for arm in (a, b)))
     for key in ("flat_critic_imitated_from_failures", "repeats_after_wrong_click_last_eval"):
         out[key] = difference(measure(a, key), measure(b, key))
-    out["wasted_per_solved"] = difference(*([r["episodes"]["wasted_per_solved"] for r in bench[arm].values()]
-                                            for arm in (a, b)))  # fmt: skip
     # runs summarised before this measure existed have none: a depth is compared where both arms have it
     by_depth = {arm: [r.get("wasted_per_solved_by_depth_last_eval", {}) for r in runs_of(arm)] for arm in (a, b)}
     per_depth = {d: [[w for seed in by_depth[arm] if (w := seed.get(d)) is not None] for arm in (a, b)]

@@ -260,8 +260,14 @@ def run(args, out: Path, setting: str, arm: str, seed: int, start: str | None) -
         for r in records if any(k.startswith("digirl/") for k in r)]  # fmt: skip
     groups = [{"iteration": r["iteration"]} | {k: v for k, v in r.items() if k in GROUP_COUNTS}
               for r in records if "grpo/groups" in r]  # fmt: skip
-    return {"curve": curve, "final": curve[-1] if curve else {}, "episodes": solved_steps(run_dir), "critics": critics,
-            **({"groups": groups} if groups else {})}  # fmt: skip
+    return {"curve": curve, "final": curve[-1] if curve else {}, "episodes": solved_steps(run_dir),
+            "critics": by_key(critics), **({"groups": by_key(groups)} if groups else {})}  # fmt: skip
+
+
+def by_key(records: list[dict]) -> dict[str, list]:
+    """Per-iteration records as one list per key (None where an iteration lacks the key): a results file holds dozens
+    of runs of ~100 iterations, and the names written into every record took it past 5 MB."""
+    return {key: [r.get(key) for r in records] for key in dict.fromkeys(k for r in records for k in r)}
 
 
 # what must be equal for runs reported earlier to be reported beside new ones
